@@ -1,0 +1,184 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+
+	"github.com/reverie-rl/reverie/api/tensorflowpb"
+	"github.com/reverie-rl/reverie/internal/ratelimit"
+	"github.com/reverie-rl/reverie/internal/table"
+	"github.com/reverie-rl/reverie/selector"
+)
+
+// DefaultPort is the TCP port reverie listens on when nothing else is said.
+const DefaultPort = 8000
+
+// DefaultTableName is the name of the table DefaultConfig serves.
+const DefaultTableName = "replay"
+
+// ErrInvalidConfig is wrapped by every error Config.Validate returns.
+var ErrInvalidConfig = errors.New("server: invalid config")
+
+// Config configures a Server. The zero value is not useful; start from
+// DefaultConfig or a loaded config file.
+type Config struct {
+	// Port is the TCP port the binary listens on (all interfaces, dual stack)
+	// when Listen is empty. Zero picks a free port.
+	Port int
+	// Listen overrides Port: "host:port" for TCP, or "unix:///path/sock" for
+	// a unix socket. Empty means ":Port".
+	Listen string
+	// Tables served. At least one; names are unique and non-empty.
+	Tables []TableConfig
+	// Selectors maps names to factories for selectors with Kind
+	// selector.KindCustom. Nil means none.
+	Selectors map[string]selector.Factory
+	// CheckpointDir is where the Checkpoint RPC writes. Empty means the RPC
+	// answers FailedPrecondition.
+	CheckpointDir string
+	// Logger receives the server's structured logs. Nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// RateLimiter configures a table's rate limiter; see MinSize,
+// SampleToInsertRatio, Queue and Stack for the usual forms.
+type RateLimiter = ratelimit.Config
+
+// MinSize admits samples once the table holds n items; inserts never block.
+func MinSize(n int64) RateLimiter { return ratelimit.MinSize(n) }
+
+// SampleToInsertRatio keeps samples per insert near spi once the table
+// holds minSize items, within errorBuffer samples either way.
+func SampleToInsertRatio(spi float64, minSize int64, errorBuffer float64) RateLimiter {
+	return ratelimit.SampleToInsertRatio(spi, minSize, errorBuffer)
+}
+
+// Queue is the limiter of a queue table of the given size.
+func Queue(size int64) RateLimiter { return ratelimit.Queue(size) }
+
+// Stack is the limiter of a stack table of the given size.
+func Stack(size int64) RateLimiter { return ratelimit.Stack(size) }
+
+// TableExtension runs inside a table's atomic operations; see
+// internal/table.Extension.
+type TableExtension = table.Extension
+
+// TableConfig configures one table.
+type TableConfig struct {
+	// Name of the table; required and unique.
+	Name string
+	// Sampler picks the items samples return.
+	Sampler selector.Spec
+	// Remover picks the item evicted when an insert overfills the table.
+	Remover selector.Spec
+	// MaxSize is the most items the table holds; must be > 0.
+	MaxSize int64
+	// MaxTimesSampled deletes an item after this many samples. Zero or less
+	// means unlimited.
+	MaxTimesSampled int32
+	// RateLimiter bounds the ratio of samples to inserts.
+	RateLimiter RateLimiter
+	// Signature, if not nil, describes the item columns; ServerInfo reports
+	// it and clients validate against it.
+	Signature *tensorflowpb.StructuredValue
+	// Extensions run inside the table's operations, in order.
+	Extensions []TableExtension
+}
+
+// QueueTable is a FIFO queue of at most size items, each sampled once, as
+// Reverb's Table.queue.
+func QueueTable(name string, size int64) TableConfig {
+	return TableConfig{
+		Name:            name,
+		Sampler:         selector.Spec{Kind: selector.KindFIFO},
+		Remover:         selector.Spec{Kind: selector.KindFIFO},
+		MaxSize:         size,
+		MaxTimesSampled: 1,
+		RateLimiter:     Queue(size),
+	}
+}
+
+// StackTable is a LIFO stack of at most size items, each sampled once, as
+// Reverb's Table.stack.
+func StackTable(name string, size int64) TableConfig {
+	return TableConfig{
+		Name:            name,
+		Sampler:         selector.Spec{Kind: selector.KindLIFO},
+		Remover:         selector.Spec{Kind: selector.KindLIFO},
+		MaxSize:         size,
+		MaxTimesSampled: 1,
+		RateLimiter:     Stack(size),
+	}
+}
+
+// DefaultConfig serves one table named "replay" on DefaultPort: Uniform
+// sampler, FIFO remover, max_size 1,000,000, MinSize(1).
+func DefaultConfig() Config {
+	return Config{
+		Port: DefaultPort,
+		Tables: []TableConfig{{
+			Name:        DefaultTableName,
+			Sampler:     selector.Spec{Kind: selector.KindUniform},
+			Remover:     selector.Spec{Kind: selector.KindFIFO},
+			MaxSize:     1_000_000,
+			RateLimiter: MinSize(1),
+		}},
+	}
+}
+
+// Validate reports the first problem with the config, naming the field.
+func (c *Config) Validate() error {
+	if c.Port < 0 || c.Port > 65535 {
+		return fmt.Errorf("%w: port: must be in [0, 65535], got %d", ErrInvalidConfig, c.Port)
+	}
+	if len(c.Tables) == 0 {
+		return fmt.Errorf("%w: tables: at least one table is required", ErrInvalidConfig)
+	}
+	seen := make(map[string]bool, len(c.Tables))
+	for i := range c.Tables {
+		t := &c.Tables[i]
+		field := fmt.Sprintf("tables[%d]", i)
+		if t.Name == "" {
+			return fmt.Errorf("%w: %s.name: must not be empty", ErrInvalidConfig, field)
+		}
+		field = fmt.Sprintf("tables[%d] (%q)", i, t.Name)
+		if seen[t.Name] {
+			return fmt.Errorf("%w: %s.name: duplicate table name", ErrInvalidConfig, field)
+		}
+		seen[t.Name] = true
+		if t.MaxSize <= 0 {
+			return fmt.Errorf("%w: %s.max_size: must be > 0, got %d", ErrInvalidConfig, field, t.MaxSize)
+		}
+		if err := c.checkSpec(t.Sampler); err != nil {
+			return fmt.Errorf("%w: %s.sampler: %v", ErrInvalidConfig, field, err)
+		}
+		if err := c.checkSpec(t.Remover); err != nil {
+			return fmt.Errorf("%w: %s.remover: %v", ErrInvalidConfig, field, err)
+		}
+		if err := t.RateLimiter.Validate(); err != nil {
+			return fmt.Errorf("%w: %s.rate_limiter: %v", ErrInvalidConfig, field, err)
+		}
+	}
+	return nil
+}
+
+func (c *Config) checkSpec(s selector.Spec) error {
+	switch s.Kind {
+	case selector.KindUnset:
+		return errors.New("no selector kind set")
+	case selector.KindPrioritized:
+		if math.IsNaN(s.PriorityExponent) || math.IsInf(s.PriorityExponent, 0) || s.PriorityExponent < 0 {
+			return fmt.Errorf("priority_exponent: must be finite and >= 0, got %v", s.PriorityExponent)
+		}
+	case selector.KindCustom:
+		if c.Selectors[s.Name] == nil {
+			return fmt.Errorf("no selector factory named %q in Config.Selectors", s.Name)
+		}
+	case selector.KindFIFO, selector.KindLIFO, selector.KindUniform, selector.KindMinHeap, selector.KindMaxHeap:
+	default:
+		return fmt.Errorf("unknown selector kind %v", s.Kind)
+	}
+	return nil
+}
