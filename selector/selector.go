@@ -42,6 +42,7 @@ const (
 
 var kindNames = [...]string{"unset", "fifo", "lifo", "uniform", "prioritized", "min_heap", "max_heap", "custom"}
 
+// String returns the kind's name, as ParseKind accepts it.
 func (k Kind) String() string {
 	if k < 0 || int(k) >= len(kindNames) {
 		return fmt.Sprintf("Kind(%d)", int(k))

@@ -52,13 +52,14 @@ func Queue(size int64) Config {
 // Stack has the same arithmetic as Queue; the table's selectors make it LIFO.
 func Stack(size int64) Config { return Queue(size) }
 
-// Validate reports the first field that makes the config unusable. The rules
-// are those of Reverb's constructors and Python validation that would
-// otherwise abort the process or never admit anything.
+// Validate reports the first field that makes the config unusable: the
+// values Reverb's C++ constructor would abort on, NaNs, and an empty diff
+// range. Reverb's stricter Python checks of SampleToInsertRatio belong to
+// the config loaders.
 func (c Config) Validate() error {
 	switch {
-	case math.IsNaN(c.SamplesPerInsert) || c.SamplesPerInsert <= 0:
-		return fmt.Errorf("%w: samples_per_insert must be > 0, got %v", ErrInvalidConfig, c.SamplesPerInsert)
+	case math.IsNaN(c.SamplesPerInsert) || math.IsInf(c.SamplesPerInsert, 0) || c.SamplesPerInsert <= 0:
+		return fmt.Errorf("%w: samples_per_insert must be finite and > 0, got %v", ErrInvalidConfig, c.SamplesPerInsert)
 	case c.MinSizeToSample < 1:
 		return fmt.Errorf("%w: min_size_to_sample must be >= 1, got %d", ErrInvalidConfig, c.MinSizeToSample)
 	case math.IsNaN(c.MinDiff):

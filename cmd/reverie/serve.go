@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/reverie-rl/reverie/server"
+)
+
+func runServe(args []string) int {
+	fs := flag.NewFlagSet("reverie serve", flag.ContinueOnError)
+	configPath := fs.String("config", "", "config file: reverie YAML (.yaml, .yml) or Reverb reverb_server textproto (.textproto, .pbtxt); default: one table named \"replay\"")
+	port := fs.Int("port", -1, fmt.Sprintf("TCP port, all interfaces (overrides the config; 0 picks a free port; default %d)", server.DefaultPort))
+	listen := fs.String("listen", "", "listen address, overriding port: host:port or unix:///path/sock")
+	logFormat := fs.String("log-format", "text", "log format: text or json")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	drain := fs.Duration("shutdown-timeout", 10*time.Second, "how long a signal lets open streams drain before the server stops hard")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "reverie serve: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	log, err := newLogger(*logFormat, *logLevel)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "reverie serve: %v\n", err)
+		return 2
+	}
+
+	cfg := server.DefaultConfig()
+	if *configPath != "" {
+		if cfg, err = server.LoadConfigFile(*configPath); err != nil {
+			log.Error("bad config", "err", err)
+			return 1
+		}
+	}
+	if *port >= 0 {
+		cfg.Port = *port
+	}
+	if *listen != "" {
+		cfg.Listen = *listen
+	}
+	cfg.Logger = log
+
+	srv, err := server.New(cfg)
+	if err != nil {
+		log.Error("bad config", "err", err)
+		return 1
+	}
+	lis, err := server.Listen(cfg.ListenAddr())
+	if err != nil {
+		log.Error("cannot listen", "addr", cfg.ListenAddr(), "err", err)
+		return 1
+	}
+
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
+
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	select {
+	case err := <-served:
+		log.Error("server stopped", "err", err)
+		return 1
+	case sig := <-sigs:
+		log.Info("draining; a second signal stops at once", "signal", sig.String(), "timeout", drain.String())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *drain)
+	defer cancel()
+	go func() {
+		select {
+		case sig := <-sigs:
+			log.Warn("stopping at once", "signal", sig.String())
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	if err := srv.Shutdown(ctx); err != nil {
+		log.Warn("drain cut short; open streams were cancelled", "err", err)
+	}
+	if err := <-served; err != nil && !errors.Is(err, server.ErrServerClosed) {
+		log.Error("serve", "err", err)
+		return 1
+	}
+	log.Info("stopped")
+	return 0
+}
+
+func newLogger(format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %v", err)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch strings.ToLower(format) {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format: want text or json, got %q", format)
+}

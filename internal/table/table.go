@@ -1,0 +1,524 @@
+// Package table implements a replay table: items, the selectors that pick
+// them, the rate limiter that paces inserts against samples, and the waiting
+// that the rate limiter imposes.
+//
+// A Table is safe for concurrent use. One mutex guards all of a table's
+// state, so every operation is atomic and linearisable. Blocked inserts and
+// samples wait in two FIFO queues; whoever changes the table admits the
+// queue heads that became admissible, so no goroutine polls and waiters are
+// served in arrival order (a blocked head blocks everything behind it, as in
+// Reverb). Every wait ends on its context, on the sample timeout, or when the
+// table is closed. The table starts no goroutines.
+package table
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/reverie-rl/reverie/internal/ratelimit"
+	"github.com/reverie-rl/reverie/selector"
+)
+
+// Errors returned by Table methods.
+var (
+	// ErrClosed is returned to every waiter and caller once Close is called.
+	ErrClosed = errors.New("table: closed")
+	// ErrRateLimiterTimeout is returned by Sample when its timeout expires
+	// before the first sample could be taken.
+	ErrRateLimiterTimeout = errors.New("table: rate limiter timeout")
+	// ErrInvalidPriority wraps the selectors' complaint about a priority.
+	ErrInvalidPriority = selector.ErrInvalidPriority
+	// ErrInvalidItem is returned for an item the table cannot hold.
+	ErrInvalidItem = errors.New("table: invalid item")
+)
+
+// Config configures a Table.
+type Config struct {
+	Name string
+	// Sampler and Remover are owned by the table from now on.
+	Sampler selector.Selector
+	Remover selector.Selector
+	// MaxSize is the most items the table holds; > 0.
+	MaxSize int64
+	// MaxTimesSampled deletes an item once sampled this many times; <= 0
+	// means never.
+	MaxTimesSampled int32
+	RateLimiter     ratelimit.Config
+	Extensions      []Extension
+	// Now returns Unix nanoseconds; nil means time.Now.
+	Now func() int64
+}
+
+// Sampled is one item as a sample returns it: a copy of the item's fields
+// at sampling time, and the chunks it references. Chunk data is immutable,
+// so it stays valid after the item leaves the table.
+type Sampled struct {
+	Item        Item
+	Probability float64
+	// TableSize counts the table before any deletion this sample caused.
+	TableSize int64
+	// RateLimited reports that the sample had to wait for the rate limiter.
+	RateLimited bool
+}
+
+// KeyPriority is a priority update.
+type KeyPriority struct {
+	Key      uint64
+	Priority float64
+}
+
+// Table is a replay table. See the package doc.
+type Table struct {
+	name            string
+	maxSize         int64
+	maxTimesSampled int32
+	exts            []Extension
+	now             func() int64
+
+	mu struct {
+		sync.Mutex
+		closed             bool
+		items              map[uint64]*Item
+		sampler            selector.Selector
+		remover            selector.Selector
+		limiter            *ratelimit.Limiter
+		episodes           map[uint64]int64 // episode id -> chunk refs of live items
+		numDeletedEpisodes int64
+		numUniqueSamples   int64
+		inserts            waitQueue[*insertWaiter]
+		samples            waitQueue[*sampleWaiter]
+	}
+}
+
+type insertWaiter struct {
+	item *Item
+	done chan struct{}
+	err  error
+}
+
+type sampleWaiter struct {
+	want int
+	out  []Sampled
+	done chan struct{}
+	err  error
+}
+
+// New returns an empty table. cfg must be valid (see Config).
+func New(cfg Config) (*Table, error) {
+	switch {
+	case cfg.Name == "":
+		return nil, errors.New("table: empty name")
+	case cfg.Sampler == nil || cfg.Remover == nil:
+		return nil, fmt.Errorf("table %q: sampler and remover are required", cfg.Name)
+	case cfg.MaxSize <= 0:
+		return nil, fmt.Errorf("table %q: max_size must be > 0, got %d", cfg.Name, cfg.MaxSize)
+	}
+	if err := cfg.RateLimiter.Validate(); err != nil {
+		return nil, fmt.Errorf("table %q: %w", cfg.Name, err)
+	}
+	t := &Table{
+		name:            cfg.Name,
+		maxSize:         cfg.MaxSize,
+		maxTimesSampled: cfg.MaxTimesSampled,
+		exts:            cfg.Extensions,
+		now:             cfg.Now,
+	}
+	if t.now == nil {
+		t.now = func() int64 { return time.Now().UnixNano() }
+	}
+	t.mu.items = make(map[uint64]*Item)
+	t.mu.sampler = cfg.Sampler
+	t.mu.remover = cfg.Remover
+	t.mu.limiter = ratelimit.New(cfg.RateLimiter)
+	t.mu.episodes = make(map[uint64]int64)
+	return t, nil
+}
+
+// Name is the table's name.
+func (t *Table) Name() string { return t.name }
+
+// CheckPriority reports whether the table's selectors accept priority.
+func (t *Table) CheckPriority(priority float64) error {
+	if math.IsNaN(priority) {
+		return fmt.Errorf("%w: priority is NaN", ErrInvalidPriority)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.checkPriorityLocked(priority)
+}
+
+func (t *Table) checkPriorityLocked(priority float64) error {
+	if math.IsNaN(priority) {
+		return fmt.Errorf("%w: priority is NaN", ErrInvalidPriority)
+	}
+	if err := t.mu.sampler.CheckPriority(priority); err != nil {
+		return err
+	}
+	return t.mu.remover.CheckPriority(priority)
+}
+
+// Insert adds item, waiting while the rate limiter forbids it. An item
+// whose key is already present updates that item's priority instead (its
+// trajectory is ignored), as Reverb treats a re-sent item.
+//
+// On success the table owns the references in item.Chunks. On error the
+// caller keeps them. Insert returns ctx's error if ctx ends first, and
+// ErrClosed if the table closes.
+func (t *Table) Insert(ctx context.Context, item *Item) error {
+	if len(item.Trajectory.GetColumns()) == 0 {
+		return fmt.Errorf("%w: item %d has no columns", ErrInvalidItem, item.Key)
+	}
+	t.mu.Lock()
+	if t.mu.closed {
+		t.mu.Unlock()
+		return ErrClosed
+	}
+	if err := t.checkPriorityLocked(item.Priority); err != nil {
+		t.mu.Unlock()
+		return err
+	}
+	if t.mu.inserts.len() == 0 && t.mu.limiter.CanInsert() {
+		t.applyInsertLocked(item)
+		t.pumpLocked()
+		t.mu.Unlock()
+		return nil
+	}
+	w := &insertWaiter{item: item, done: make(chan struct{})}
+	t.mu.inserts.push(w)
+	t.mu.Unlock()
+
+	select {
+	case <-w.done:
+		return w.err
+	case <-ctx.Done():
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.mu.inserts.remove(w) {
+		return ctx.Err()
+	}
+	// Admitted while we were giving up: the item is in the table.
+	return w.err
+}
+
+// Sample returns between 1 and n samples. It waits for the first one while
+// the rate limiter forbids sampling, then takes as many more as the limiter
+// allows without waiting. timeout < 0 waits until ctx ends; timeout == 0
+// fails at once with ErrRateLimiterTimeout when nothing can be sampled now;
+// timeout > 0 bounds the wait.
+func (t *Table) Sample(ctx context.Context, n int, timeout time.Duration) ([]Sampled, error) {
+	if n <= 0 {
+		return nil, fmt.Errorf("table: Sample of %d items", n)
+	}
+	t.mu.Lock()
+	if t.mu.closed {
+		t.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if t.mu.samples.len() == 0 {
+		out := t.sampleLocked(nil, n, false)
+		if len(out) > 0 {
+			t.pumpLocked()
+			t.mu.Unlock()
+			return out, nil
+		}
+	}
+	if timeout == 0 {
+		t.mu.Unlock()
+		return nil, ErrRateLimiterTimeout
+	}
+	w := &sampleWaiter{want: n, done: make(chan struct{})}
+	t.mu.samples.push(w)
+	t.mu.Unlock()
+
+	var expired <-chan time.Time
+	if timeout > 0 {
+		timer := time.NewTimer(timeout)
+		defer timer.Stop()
+		expired = timer.C
+	}
+	var err error
+	select {
+	case <-w.done:
+		return w.out, w.err
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-expired:
+		err = ErrRateLimiterTimeout
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.mu.samples.remove(w) {
+		return nil, err
+	}
+	// Served while we were giving up: the samples were taken, so return
+	// them rather than lose their side effects.
+	return w.out, w.err
+}
+
+// sampleLocked appends up to n-len(out) samples to out while the rate
+// limiter admits them.
+func (t *Table) sampleLocked(out []Sampled, n int, rateLimited bool) []Sampled {
+	for len(out) < n && len(t.mu.items) > 0 && t.mu.limiter.CanSample() {
+		choice, err := t.mu.sampler.Sample()
+		if err != nil {
+			break
+		}
+		item := t.mu.items[choice.Key]
+		if item == nil {
+			break // sampler out of step with the table; never expected
+		}
+		item.TimesSampled++
+		if item.TimesSampled == 1 {
+			t.mu.numUniqueSamples++
+		}
+		t.mu.limiter.Sample()
+		out = append(out, Sampled{
+			Item:        *item,
+			Probability: choice.Probability,
+			TableSize:   int64(len(t.mu.items)),
+			RateLimited: rateLimited,
+		})
+		for _, e := range t.exts {
+			e.OnSample(item)
+		}
+		if t.maxTimesSampled > 0 && item.TimesSampled >= t.maxTimesSampled {
+			t.deleteLocked(item)
+		}
+	}
+	return out
+}
+
+// applyInsertLocked puts item in the table. The rate limiter has admitted it.
+func (t *Table) applyInsertLocked(item *Item) {
+	if old, ok := t.mu.items[item.Key]; ok {
+		prev := old.Priority
+		old.Priority = item.Priority
+		t.updateSelectorsLocked(old.Key, old.Priority)
+		for _, c := range item.Chunks {
+			c.Unref()
+		}
+		item.Chunks = nil
+		for _, e := range t.exts {
+			e.OnUpdate(old, prev)
+		}
+		return
+	}
+	item.InsertedAt = t.now()
+	item.TimesSampled = 0
+	t.mu.items[item.Key] = item
+	// Priorities were checked before the item was queued and keys are new,
+	// so neither selector can refuse.
+	if err := t.mu.sampler.Insert(item.Key, item.Priority); err != nil {
+		panic(fmt.Sprintf("table %q: sampler refused checked item: %v", t.name, err))
+	}
+	if err := t.mu.remover.Insert(item.Key, item.Priority); err != nil {
+		panic(fmt.Sprintf("table %q: remover refused checked item: %v", t.name, err))
+	}
+	for _, c := range item.Chunks {
+		t.mu.episodes[c.EpisodeID()]++
+	}
+	t.mu.limiter.Insert()
+	for _, e := range t.exts {
+		e.OnInsert(item)
+	}
+	if int64(len(t.mu.items)) > t.maxSize {
+		if victim, err := t.mu.remover.Sample(); err == nil {
+			t.deleteLocked(t.mu.items[victim.Key])
+		}
+	}
+}
+
+func (t *Table) updateSelectorsLocked(key uint64, priority float64) {
+	if err := t.mu.sampler.Update(key, priority); err != nil {
+		panic(fmt.Sprintf("table %q: sampler refused checked update: %v", t.name, err))
+	}
+	if err := t.mu.remover.Update(key, priority); err != nil {
+		panic(fmt.Sprintf("table %q: remover refused checked update: %v", t.name, err))
+	}
+}
+
+// deleteLocked removes item from the table and drops its chunk references.
+func (t *Table) deleteLocked(item *Item) {
+	delete(t.mu.items, item.Key)
+	_ = t.mu.sampler.Delete(item.Key)
+	_ = t.mu.remover.Delete(item.Key)
+	for _, c := range item.Chunks {
+		ep := c.EpisodeID()
+		if n := t.mu.episodes[ep] - 1; n > 0 {
+			t.mu.episodes[ep] = n
+		} else {
+			delete(t.mu.episodes, ep)
+			t.mu.numDeletedEpisodes++
+		}
+	}
+	t.mu.limiter.Delete()
+	for _, e := range t.exts {
+		e.OnDelete(item)
+	}
+	for _, c := range item.Chunks {
+		c.Unref()
+	}
+	item.Chunks = nil
+}
+
+// pumpLocked admits queued inserts and samples until neither queue's head
+// can make progress. Every change to the table ends with it.
+func (t *Table) pumpLocked() {
+	for {
+		progressed := false
+		if w, ok := t.mu.inserts.peek(); ok && t.mu.limiter.CanInsert() {
+			t.mu.inserts.pop()
+			t.applyInsertLocked(w.item)
+			close(w.done)
+			progressed = true
+		}
+		if w, ok := t.mu.samples.peek(); ok {
+			w.out = t.sampleLocked(w.out, w.want, true)
+			if len(w.out) > 0 {
+				t.mu.samples.pop()
+				close(w.done)
+				progressed = true
+			}
+		}
+		if !progressed {
+			return
+		}
+	}
+}
+
+// MutatePriorities deletes the items with keys in deletes, then sets the
+// priorities in updates. Missing keys are ignored. Every priority is checked
+// first: if one is invalid nothing changes.
+func (t *Table) MutatePriorities(updates []KeyPriority, deletes []uint64) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.mu.closed {
+		return ErrClosed
+	}
+	for i, u := range updates {
+		if err := t.checkPriorityLocked(u.Priority); err != nil {
+			return fmt.Errorf("updates[%d] (key %d): %w", i, u.Key, err)
+		}
+	}
+	for _, k := range deletes {
+		if item, ok := t.mu.items[k]; ok {
+			t.deleteLocked(item)
+		}
+	}
+	for _, u := range updates {
+		item, ok := t.mu.items[u.Key]
+		if !ok {
+			continue
+		}
+		prev := item.Priority
+		item.Priority = u.Priority
+		t.updateSelectorsLocked(item.Key, item.Priority)
+		for _, e := range t.exts {
+			e.OnUpdate(item, prev)
+		}
+	}
+	t.pumpLocked()
+	return nil
+}
+
+// Reset removes every item and zeroes the counters. Queued inserts and
+// samples stay queued and are admitted again by the fresh counters.
+func (t *Table) Reset() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.mu.closed {
+		return ErrClosed
+	}
+	for _, item := range t.mu.items {
+		for _, c := range item.Chunks {
+			c.Unref()
+		}
+		item.Chunks = nil
+	}
+	clear(t.mu.items)
+	t.mu.sampler.Clear()
+	t.mu.remover.Clear()
+	t.mu.limiter.Reset()
+	clear(t.mu.episodes)
+	t.mu.numDeletedEpisodes = 0
+	t.mu.numUniqueSamples = 0
+	for _, e := range t.exts {
+		e.OnReset()
+	}
+	t.pumpLocked()
+	return nil
+}
+
+// Close fails every waiter and later call with ErrClosed. Items stay in the
+// table until Release. Close is idempotent.
+func (t *Table) Close() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.mu.closed {
+		return
+	}
+	t.mu.closed = true
+	for w, ok := t.mu.inserts.pop(); ok; w, ok = t.mu.inserts.pop() {
+		w.err = ErrClosed
+		close(w.done)
+	}
+	for w, ok := t.mu.samples.pop(); ok; w, ok = t.mu.samples.pop() {
+		w.err = ErrClosed
+		close(w.done)
+	}
+}
+
+// Info is a snapshot of a table's configuration and counters.
+type Info struct {
+	Name               string
+	Sampler, Remover   selector.Spec
+	MaxSize            int64
+	MaxTimesSampled    int32
+	RateLimiter        ratelimit.Config
+	Inserts            int64
+	Samples            int64
+	Deletes            int64
+	Size               int64
+	NumEpisodes        int64
+	NumDeletedEpisodes int64
+	NumUniqueSamples   int64
+	// PendingInserts and PendingSamples count blocked callers.
+	PendingInserts int
+	PendingSamples int
+}
+
+// Info returns a snapshot of the table.
+func (t *Table) Info() Info {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ins, smp, del := t.mu.limiter.Counts()
+	return Info{
+		Name:               t.name,
+		Sampler:            t.mu.sampler.Spec(),
+		Remover:            t.mu.remover.Spec(),
+		MaxSize:            t.maxSize,
+		MaxTimesSampled:    t.maxTimesSampled,
+		RateLimiter:        t.mu.limiter.Config(),
+		Inserts:            ins,
+		Samples:            smp,
+		Deletes:            del,
+		Size:               int64(len(t.mu.items)),
+		NumEpisodes:        int64(len(t.mu.episodes)),
+		NumDeletedEpisodes: t.mu.numDeletedEpisodes,
+		NumUniqueSamples:   t.mu.numUniqueSamples,
+		PendingInserts:     t.mu.inserts.len(),
+		PendingSamples:     t.mu.samples.len(),
+	}
+}
+
+// Len is the number of items in the table.
+func (t *Table) Len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.mu.items)
+}

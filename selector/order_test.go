@@ -1,0 +1,175 @@
+package selector_test
+
+import (
+	"errors"
+	"math"
+	"testing"
+
+	"github.com/reverie-rl/reverie/selector"
+)
+
+// step is one operation of an order script, with the key Sample must
+// return after it (or empty, when the selector must be empty).
+type step struct {
+	op    byte // 'i' insert, 'u' update, 'd' delete
+	key   uint64
+	prio  float64
+	want  uint64
+	empty bool
+}
+
+func ins(key uint64, prio float64, want uint64) step { return step{'i', key, prio, want, false} }
+func upd(key uint64, prio float64, want uint64) step { return step{'u', key, prio, want, false} }
+func del(key, want uint64) step                      { return step{'d', key, 0, want, false} }
+func delLast(key uint64) step                        { return step{'d', key, 0, 0, true} }
+
+// runScript applies steps to a deterministic selector, checking the sample
+// after each.
+func runScript(t *testing.T, s selector.Selector, steps []step) {
+	t.Helper()
+	for i, st := range steps {
+		var err error
+		switch st.op {
+		case 'i':
+			err = s.Insert(st.key, st.prio)
+		case 'u':
+			err = s.Update(st.key, st.prio)
+		case 'd':
+			err = s.Delete(st.key)
+		}
+		if err != nil {
+			t.Fatalf("step %d (%c %d %v): %v", i, st.op, st.key, st.prio, err)
+		}
+		c, err := s.Sample()
+		if st.empty {
+			if !errors.Is(err, selector.ErrEmpty) {
+				t.Fatalf("step %d: Sample() = %+v, %v; want ErrEmpty", i, c, err)
+			}
+			continue
+		}
+		if err != nil || c.Key != st.want || c.Probability != 1 {
+			t.Fatalf("step %d (%c %d %v): Sample() = %+v, %v; want key %d with probability 1",
+				i, st.op, st.key, st.prio, c, err, st.want)
+		}
+	}
+}
+
+func TestFIFOLIFOOrder(t *testing.T) {
+	tests := []struct {
+		name  string
+		new   func() selector.Selector
+		steps []step
+	}{
+		{"fifo/insert", selector.NewFIFO, []step{
+			ins(3, 9, 3), ins(1, 0, 3), ins(2, 5, 3),
+		}},
+		{"fifo/delete", selector.NewFIFO, []step{
+			ins(1, 1, 1), ins(2, 1, 1), ins(3, 1, 1), ins(4, 1, 1),
+			del(2, 1), del(1, 3), del(4, 3), ins(5, 1, 3), del(3, 5), delLast(5),
+		}},
+		{"fifo/update does not move", selector.NewFIFO, []step{
+			ins(1, 1, 1), ins(2, 1, 1), upd(1, 100, 1), upd(2, -5, 1), upd(1, 0, 1), del(1, 2),
+		}},
+		{"fifo/reused slots", selector.NewFIFO, []step{
+			ins(1, 0, 1), ins(2, 0, 1), del(1, 2), ins(1, 0, 2), ins(3, 0, 2), del(2, 1), del(1, 3), delLast(3),
+			ins(7, 0, 7), ins(8, 0, 7), del(7, 8),
+		}},
+		{"lifo/insert", selector.NewLIFO, []step{
+			ins(3, 9, 3), ins(1, 0, 1), ins(2, 5, 2),
+		}},
+		{"lifo/delete", selector.NewLIFO, []step{
+			ins(1, 1, 1), ins(2, 1, 2), ins(3, 1, 3), ins(4, 1, 4),
+			del(3, 4), del(4, 2), ins(5, 1, 5), del(5, 2), del(1, 2), delLast(2),
+		}},
+		{"lifo/update does not move", selector.NewLIFO, []step{
+			ins(1, 1, 1), ins(2, 1, 2), upd(1, 100, 2), upd(2, -5, 2), del(2, 1),
+		}},
+		{"lifo/reused slots", selector.NewLIFO, []step{
+			ins(1, 0, 1), ins(2, 0, 2), del(1, 2), ins(1, 0, 1), ins(3, 0, 3), del(3, 1), del(1, 2), delLast(2),
+			ins(7, 0, 7), ins(8, 0, 8), del(8, 7),
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { runScript(t, tt.new(), tt.steps) })
+	}
+}
+
+func TestHeapOrder(t *testing.T) {
+	inf := math.Inf(1)
+	tests := []struct {
+		name  string
+		min   bool
+		steps []step
+	}{
+		{"min/priorities", true, []step{
+			ins(1, 5, 1), ins(2, 3, 2), ins(3, 4, 2), ins(4, -1, 4), ins(5, 10, 4),
+			del(4, 2), del(2, 3), upd(5, 0, 5), upd(5, 4.5, 3), del(3, 5), del(5, 1), delLast(1),
+		}},
+		{"min/infinities", true, []step{
+			ins(1, inf, 1), ins(2, -inf, 2), ins(3, 0, 2), del(2, 3), del(3, 1),
+		}},
+		{"min/ties go to the least recently inserted", true, []step{
+			ins(1, 2, 1), ins(2, 2, 1), ins(3, 2, 1), del(1, 2), del(2, 3),
+		}},
+		{"min/update moves behind equal priorities", true, []step{
+			ins(1, 2, 1), ins(2, 2, 1), ins(3, 2, 1), upd(1, 2, 2), upd(2, 2, 3), upd(3, 2, 1),
+			del(1, 2), ins(4, 2, 2), upd(2, 2, 3), del(3, 4), del(4, 2),
+		}},
+		{"min/update to a tie from below", true, []step{
+			ins(1, 1, 1), ins(2, 2, 1), upd(1, 2, 2), upd(2, 3, 1), upd(2, 2, 1),
+		}},
+		{"min/zero signs tie", true, []step{
+			ins(1, 0, 1), ins(2, -0.0, 1), upd(1, 0, 2),
+		}},
+		{"max/priorities", false, []step{
+			ins(1, 5, 1), ins(2, 3, 1), ins(3, 7, 3), ins(4, -1, 3), ins(5, 10, 5),
+			del(5, 3), del(3, 1), upd(4, 6, 4), upd(4, -6, 1), del(1, 2), del(2, 4), delLast(4),
+		}},
+		{"max/infinities", false, []step{
+			ins(1, -inf, 1), ins(2, inf, 2), ins(3, 0, 2), del(2, 3), del(3, 1),
+		}},
+		{"max/ties go to the least recently inserted", false, []step{
+			ins(1, 2, 1), ins(2, 2, 1), ins(3, 2, 1), del(1, 2), del(2, 3),
+		}},
+		{"max/update moves behind equal priorities", false, []step{
+			ins(1, 2, 1), ins(2, 2, 1), ins(3, 2, 1), upd(1, 2, 2), upd(2, 2, 3), upd(3, 2, 1),
+			del(1, 2), ins(4, 2, 2), upd(2, 2, 3), del(3, 4), del(4, 2),
+		}},
+		{"max/update to a tie from above", false, []step{
+			ins(1, 3, 1), ins(2, 2, 1), upd(1, 2, 2), upd(2, 1, 1), upd(2, 2, 1),
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { runScript(t, selector.NewHeap(tt.min), tt.steps) })
+	}
+}
+
+// TestHeapTiesLarge checks tie-breaking across many equal priorities, where
+// the order comes only from the insert/update counter.
+func TestHeapTiesLarge(t *testing.T) {
+	for _, minHeap := range []bool{true, false} {
+		h := selector.NewHeap(minHeap)
+		const n = 1000
+		for key := range uint64(n) {
+			mustInsert(t, h, key, 7)
+		}
+		// Touch the even keys: they go behind the odd ones, in key order.
+		for key := uint64(0); key < n; key += 2 {
+			mustUpdate(t, h, key, 7)
+		}
+		var want []uint64
+		for key := uint64(1); key < n; key += 2 {
+			want = append(want, key)
+		}
+		for key := uint64(0); key < n; key += 2 {
+			want = append(want, key)
+		}
+		for i, w := range want {
+			c := mustSample(t, h)
+			if c.Key != w {
+				t.Fatalf("minHeap=%v: pop %d = %d, want %d", minHeap, i, c.Key, w)
+			}
+			mustDelete(t, h, c.Key)
+		}
+	}
+}

@@ -1,0 +1,314 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/reverie-rl/reverie/api/reverbpb"
+	"github.com/reverie-rl/reverie/internal/chunkstore"
+	"github.com/reverie-rl/reverie/internal/table"
+)
+
+// InsertStream implements ReverbService. Requests are handled one at a time,
+// in order. Each item is confirmed (its key sent back) only once it is in
+// its table; a separate goroutine sends confirmations so that a blocked
+// insert never holds back the keys of items already applied.
+func (s *Server) InsertStream(stream reverbpb.ReverbService_InsertStreamServer) error {
+	ctx := stream.Context()
+	is := &insertStream{srv: s, held: make(map[uint64]*chunkstore.Chunk)}
+	defer is.releaseAll()
+
+	conf := newConfirmer(stream.Send)
+	defer conf.close()
+
+	reqs := recvLoop(ctx, stream.Recv)
+	for {
+		var r recvResult[reverbpb.InsertStreamRequest]
+		select {
+		case r = <-reqs:
+		case <-s.closing:
+			conf.close()
+			return toStatus(errShuttingDown)
+		}
+		if errors.Is(r.err, io.EOF) {
+			// Half-close: every item received is applied; send the last
+			// confirmations before finishing OK.
+			return conf.close()
+		}
+		if r.err != nil {
+			return r.err
+		}
+		if err := is.handle(ctx, r.msg, conf.add); err != nil {
+			conf.close()
+			if ctx.Err() == nil {
+				s.log.Debug("insert stream failed", "err", err)
+			}
+			return toStatus(err)
+		}
+	}
+}
+
+// insertStream is the state of one InsertStream: the chunks it holds for
+// its writer. Not safe for concurrent use.
+type insertStream struct {
+	srv  *Server
+	held map[uint64]*chunkstore.Chunk
+}
+
+// handle processes one request: store its chunks, insert its items in order
+// (waiting on rate limiters), then drop held chunks not named in
+// keep_chunk_keys. confirm is called with each key once its item is applied.
+func (is *insertStream) handle(ctx context.Context, req *reverbpb.InsertStreamRequest, confirm func(uint64)) error {
+	if len(req.GetChunks()) == 0 && len(req.GetItems()) == 0 {
+		return fmt.Errorf("%w: request has neither chunks nor items", ErrInvalidRequest)
+	}
+	for _, cd := range req.GetChunks() {
+		if _, ok := is.held[cd.GetChunkKey()]; ok {
+			continue // the first copy on a stream wins
+		}
+		is.held[cd.GetChunkKey()] = is.srv.chunks.Insert(cd)
+	}
+	if len(req.GetItems()) == 0 {
+		// Reverb ignores keep_chunk_keys on chunk-only requests.
+		return nil
+	}
+	for i, pi := range req.GetItems() {
+		if err := is.insert(ctx, i, pi); err != nil {
+			return err
+		}
+		confirm(pi.GetKey())
+	}
+	return is.keep(req.GetKeepChunkKeys())
+}
+
+func (is *insertStream) insert(ctx context.Context, i int, pi *reverbpb.PrioritizedItem) error {
+	field := fmt.Sprintf("items[%d]", i)
+	t, err := is.srv.table(field+".table", pi.GetTable())
+	if err != nil {
+		return err
+	}
+	chunks, err := is.itemChunks(field, pi.GetFlatTrajectory())
+	if err != nil {
+		return err
+	}
+	if err := t.CheckPriority(pi.GetPriority()); err != nil {
+		return fmt.Errorf("%s.priority: %w", field, err)
+	}
+	for _, c := range chunks {
+		c.Ref()
+	}
+	item := &table.Item{
+		Key:        pi.GetKey(),
+		Priority:   pi.GetPriority(),
+		Trajectory: pi.GetFlatTrajectory(),
+		Chunks:     chunks,
+	}
+	if err := t.Insert(ctx, item); err != nil {
+		for _, c := range chunks {
+			c.Unref()
+		}
+		return fmt.Errorf("%s (key %d, table %q): %w", field, pi.GetKey(), pi.GetTable(), err)
+	}
+	return nil
+}
+
+// itemChunks checks a trajectory against the chunks the stream holds and
+// returns its distinct chunks in order of first appearance (without taking
+// references).
+func (is *insertStream) itemChunks(field string, traj *reverbpb.FlatTrajectory) ([]*chunkstore.Chunk, error) {
+	cols := traj.GetColumns()
+	if len(cols) == 0 {
+		return nil, fmt.Errorf("%w: %s.flat_trajectory.columns: item has no columns", ErrInvalidRequest, field)
+	}
+	var chunks []*chunkstore.Chunk
+	for j, col := range cols {
+		cf := fmt.Sprintf("%s.flat_trajectory.columns[%d]", field, j)
+		slices := col.GetChunkSlices()
+		if len(slices) == 0 {
+			return nil, fmt.Errorf("%w: %s.chunk_slices: column has no chunk slices", ErrInvalidRequest, cf)
+		}
+		if col.GetSqueeze() && (len(slices) != 1 || slices[0].GetLength() != 1) {
+			return nil, fmt.Errorf("%w: %s.squeeze: a squeezed column needs exactly one slice of length 1", ErrInvalidRequest, cf)
+		}
+		for k, sl := range slices {
+			sf := fmt.Sprintf("%s.chunk_slices[%d]", cf, k)
+			c, ok := is.held[sl.GetChunkKey()]
+			if !ok {
+				return nil, fmt.Errorf("%w: %s.chunk_key: chunk %d is not held by this stream", ErrChunkNotHeld, sf, sl.GetChunkKey())
+			}
+			if err := checkSlice(sf, sl, c); err != nil {
+				return nil, err
+			}
+			if !containsChunk(chunks, c) {
+				chunks = append(chunks, c)
+			}
+		}
+	}
+	return chunks, nil
+}
+
+func checkSlice(field string, sl *reverbpb.FlatTrajectory_ChunkSlice, c *chunkstore.Chunk) error {
+	idx := int(sl.GetIndex())
+	if n := c.NumTensors(); idx < 0 || idx >= n {
+		return fmt.Errorf("%w: %s.index: tensor index %d out of range: chunk %d has %d tensors", ErrInvalidRequest, field, idx, c.Key(), n)
+	}
+	off, length := int64(sl.GetOffset()), int64(sl.GetLength())
+	if off < 0 {
+		return fmt.Errorf("%w: %s.offset: must be >= 0, got %d", ErrInvalidRequest, field, off)
+	}
+	if length < 1 {
+		return fmt.Errorf("%w: %s.length: must be >= 1, got %d", ErrInvalidRequest, field, length)
+	}
+	if rows, ok := c.Rows(idx); ok && off+length > rows {
+		return fmt.Errorf("%w: %s: rows [%d, %d) out of range: chunk %d tensor %d has %d rows", ErrInvalidRequest, field, off, off+length, c.Key(), idx, rows)
+	}
+	return nil
+}
+
+func containsChunk(cs []*chunkstore.Chunk, c *chunkstore.Chunk) bool {
+	for _, x := range cs {
+		if x == c {
+			return true
+		}
+	}
+	return false
+}
+
+// keep drops every held chunk not in keys, then checks that every key in
+// keys was held (and listed once).
+func (is *insertStream) keep(keys []uint64) error {
+	keepSet := make(map[uint64]struct{}, len(keys))
+	for _, k := range keys {
+		keepSet[k] = struct{}{}
+	}
+	for k, c := range is.held {
+		if _, ok := keepSet[k]; !ok {
+			c.Unref()
+			delete(is.held, k)
+		}
+	}
+	if len(is.held) == len(keys) {
+		return nil
+	}
+	seen := make(map[uint64]bool, len(keys))
+	for i, k := range keys {
+		if seen[k] {
+			return fmt.Errorf("%w: keep_chunk_keys[%d]: chunk %d is listed twice", ErrChunkNotHeld, i, k)
+		}
+		seen[k] = true
+		if _, ok := is.held[k]; !ok {
+			return fmt.Errorf("%w: keep_chunk_keys[%d]: chunk %d is not held by this stream", ErrChunkNotHeld, i, k)
+		}
+	}
+	return fmt.Errorf("%w: keep_chunk_keys: kept %d chunks, expected %d", ErrChunkNotHeld, len(is.held), len(keys))
+}
+
+func (is *insertStream) releaseAll() {
+	for k, c := range is.held {
+		c.Unref()
+		delete(is.held, k)
+	}
+}
+
+// confirmer sends item keys back on an insert stream from its own goroutine,
+// batching whatever keys accumulated while the previous send was in flight.
+type confirmer struct {
+	send func(*reverbpb.InsertStreamResponse) error
+
+	mu      sync.Mutex
+	keys    []uint64 // guarded by mu
+	err     error    // guarded by mu; the first send error
+	wake    chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+	stopped sync.Once
+}
+
+func newConfirmer(send func(*reverbpb.InsertStreamResponse) error) *confirmer {
+	c := &confirmer{
+		send: send,
+		wake: make(chan struct{}, 1),
+		stop: make(chan struct{}),
+		done: make(chan struct{}),
+	}
+	go c.run()
+	return c
+}
+
+func (c *confirmer) add(key uint64) {
+	c.mu.Lock()
+	c.keys = append(c.keys, key)
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (c *confirmer) run() {
+	defer close(c.done)
+	for {
+		stopping := false
+		select {
+		case <-c.wake:
+		case <-c.stop:
+			stopping = true
+		}
+		c.mu.Lock()
+		keys := c.keys
+		c.keys = nil
+		failed := c.err != nil
+		c.mu.Unlock()
+		if len(keys) > 0 && !failed {
+			if err := c.send(&reverbpb.InsertStreamResponse{Keys: keys}); err != nil {
+				c.mu.Lock()
+				c.err = err
+				c.mu.Unlock()
+			}
+		}
+		if stopping {
+			return
+		}
+	}
+}
+
+// close sends the keys still pending, stops the goroutine, waits for it and
+// returns the first send error. Idempotent; no add may follow.
+func (c *confirmer) close() error {
+	c.stopped.Do(func() { close(c.stop) })
+	<-c.done
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// recvResult is one message (or the final error) read from a stream.
+type recvResult[T any] struct {
+	msg *T
+	err error
+}
+
+// recvLoop reads a stream from its own goroutine, so that handlers can wait
+// for a request and for shutdown at once. The goroutine ends after the
+// first error, or when ctx (the stream's context, cancelled when the
+// handler returns) ends.
+func recvLoop[T any](ctx context.Context, recv func() (*T, error)) <-chan recvResult[T] {
+	ch := make(chan recvResult[T])
+	go func() {
+		for {
+			m, err := recv()
+			select {
+			case ch <- recvResult[T]{m, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return ch
+}

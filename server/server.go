@@ -1,0 +1,245 @@
+// Package server is reverie's embeddable replay server: the Reverb-compatible
+// gRPC service over a set of tables that share one chunk store.
+//
+// A Go learner can run reverie inside its own process:
+//
+//	srv, err := server.New(server.DefaultConfig())
+//	lis, err := server.Listen(":8000")
+//	go srv.Serve(lis)
+//	defer srv.Shutdown(ctx)
+//
+// The server also registers gRPC server reflection and the standard health
+// service. A Server is safe for concurrent use.
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/reverie-rl/reverie/api/reverbpb"
+	"github.com/reverie-rl/reverie/internal/chunkstore"
+	"github.com/reverie-rl/reverie/internal/table"
+	"github.com/reverie-rl/reverie/selector"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
+)
+
+// Server serves a set of tables over gRPC.
+type Server struct {
+	reverbpb.UnimplementedReverbServiceServer
+
+	log     *slog.Logger
+	cfg     Config
+	chunks  *chunkstore.Store
+	tables  map[string]*serverTable // fixed after New
+	names   []string                // sorted table names
+	stateID *reverbpb.Uint128
+	grpc    *grpc.Server
+	health  *health.Server
+
+	closing   chan struct{} // closed when draining starts
+	closeOnce sync.Once
+}
+
+type serverTable struct {
+	*table.Table
+	cfg   TableConfig
+	stats *table.Stats
+}
+
+// TableStats is a snapshot of a table's running statistics.
+type TableStats = table.StatsSnapshot
+
+// New builds a server from cfg. It validates cfg and fails without side
+// effects if it is not valid.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{
+		log:     cfg.Logger,
+		cfg:     cfg,
+		chunks:  chunkstore.New(),
+		tables:  make(map[string]*serverTable, len(cfg.Tables)),
+		stateID: newStateID(),
+		closing: make(chan struct{}),
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	for _, tc := range cfg.Tables {
+		t, err := s.newTable(tc)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+		}
+		s.tables[tc.Name] = t
+		s.names = append(s.names, tc.Name)
+	}
+	sort.Strings(s.names)
+
+	s.grpc = grpc.NewServer(
+		// Reverb lifts gRPC's message size limits: an insert request can
+		// carry tens of MiB and a sample response whole chunks of any size.
+		grpc.MaxRecvMsgSize(math.MaxInt32),
+		grpc.MaxSendMsgSize(math.MaxInt32),
+		// Idle writers and blocked samplers keep streams open for long;
+		// do not punish clients for keepalive pings.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+			MinTime:             5 * time.Second,
+			PermitWithoutStream: true,
+		}),
+	)
+	reverbpb.RegisterReverbServiceServer(s.grpc, s)
+	s.health = health.NewServer()
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(reverbpb.ReverbService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	reflection.Register(s.grpc)
+	return s, nil
+}
+
+func (s *Server) newTable(tc TableConfig) (*serverTable, error) {
+	sampler, err := s.newSelector(tc.Sampler)
+	if err != nil {
+		return nil, fmt.Errorf("table %q: sampler: %w", tc.Name, err)
+	}
+	remover, err := s.newSelector(tc.Remover)
+	if err != nil {
+		return nil, fmt.Errorf("table %q: remover: %w", tc.Name, err)
+	}
+	stats := table.NewStats()
+	exts := append([]table.Extension{stats}, tc.Extensions...)
+	t, err := table.New(table.Config{
+		Name:            tc.Name,
+		Sampler:         sampler,
+		Remover:         remover,
+		MaxSize:         tc.MaxSize,
+		MaxTimesSampled: tc.MaxTimesSampled,
+		RateLimiter:     tc.RateLimiter,
+		Extensions:      exts,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &serverTable{Table: t, cfg: tc, stats: stats}, nil
+}
+
+func (s *Server) newSelector(spec selector.Spec) (selector.Selector, error) {
+	seed := randUint64()
+	if spec.Kind == selector.KindCustom {
+		f := s.cfg.Selectors[spec.Name]
+		if f == nil {
+			return nil, fmt.Errorf("no selector factory named %q", spec.Name)
+		}
+		return f(seed), nil
+	}
+	return selector.New(spec, seed)
+}
+
+func randUint64() uint64 {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand never fails on supported platforms
+	}
+	return binary.LittleEndian.Uint64(b[:])
+}
+
+func newStateID() *reverbpb.Uint128 {
+	for {
+		id := &reverbpb.Uint128{High: randUint64(), Low: randUint64()}
+		if id.High != 0 || id.Low != 0 {
+			return id
+		}
+	}
+}
+
+// Serve accepts connections on l until Shutdown or Close, then returns
+// ErrServerClosed. Any other return is a listener failure.
+func (s *Server) Serve(l net.Listener) error {
+	s.log.Info("reverie serving", "addr", l.Addr().String(), "tables", s.names)
+	err := s.grpc.Serve(l)
+	if err == nil || errors.Is(err, grpc.ErrServerStopped) {
+		return ErrServerClosed
+	}
+	select {
+	case <-s.closing:
+		return ErrServerClosed
+	default:
+	}
+	return err
+}
+
+// startClosing ends every stream at its next request boundary and fails
+// blocked inserts and samples with UNAVAILABLE, so that clients retry
+// elsewhere. Unconfirmed items were not applied.
+func (s *Server) startClosing() {
+	s.closeOnce.Do(func() {
+		close(s.closing)
+		s.health.Shutdown()
+		for _, t := range s.tables {
+			t.Close()
+		}
+	})
+}
+
+// Shutdown drains the server: it stops accepting connections, ends open
+// streams at their next request boundary, and waits for handlers to return.
+// If ctx ends first, it stops at once and returns ctx's error.
+// Shutdown is idempotent.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.startClosing()
+	done := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		s.grpc.Stop()
+		<-done
+		return ctx.Err()
+	}
+}
+
+// Close stops the server at once, cancelling every open stream.
+func (s *Server) Close() error {
+	s.startClosing()
+	s.grpc.Stop()
+	return nil
+}
+
+// TableStats returns the running statistics of the named table.
+func (s *Server) TableStats(name string) (TableStats, bool) {
+	t, ok := s.tables[name]
+	if !ok {
+		return TableStats{}, false
+	}
+	return t.stats.Snapshot(), true
+}
+
+// ChunkStoreStats reports the number of chunks held and their encoded size.
+func (s *Server) ChunkStoreStats() (chunks int, bytes int64) {
+	return s.chunks.Len(), s.chunks.Bytes()
+}
+
+func (s *Server) table(field, name string) (*serverTable, error) {
+	t, ok := s.tables[name]
+	if !ok {
+		return nil, fmt.Errorf("%w: %s: Priority table %q was not found", ErrTableNotFound, field, name)
+	}
+	return t, nil
+}
