@@ -133,20 +133,25 @@ func (p *cfgParser) yerrf(path string, n *yaml.Node, format string, args ...any)
 	return p.errf(path, line, format, args...)
 }
 
-// joinPath appends a field to a path: "a" + "b" = "a.b"; keys that are not
-// identifiers are quoted: "a" + "x y" = `a["x y"]`.
-func cfgJoinPath(path, field string) string {
+// cfgJoinPath appends a relative field path to a path: "a" + "b.c" =
+// "a.b.c", "a" + "[1]" = "a[1]".
+func cfgJoinPath(path, sub string) string {
 	switch {
-	case field == "":
+	case sub == "":
 		return path
-	case strings.HasPrefix(field, "["):
-		return path + field
-	case !cfgIdentRE.MatchString(field):
-		return path + "[" + strconv.Quote(field) + "]"
-	case path == "":
-		return field
+	case path == "", strings.HasPrefix(sub, "["):
+		return path + sub
 	}
-	return path + "." + field
+	return path + "." + sub
+}
+
+// cfgKeyPath appends a mapping key to a path, quoting keys that are not
+// identifiers: "a" + "b" = "a.b", "a" + "x y" = `a["x y"]`.
+func cfgKeyPath(path, key string) string {
+	if !cfgIdentRE.MatchString(key) {
+		return path + "[" + strconv.Quote(key) + "]"
+	}
+	return cfgJoinPath(path, key)
 }
 
 var cfgIdentRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -520,15 +525,8 @@ type yamlFile struct {
 
 const yamlTopKeys = "port, listen, checkpoint_dir, tables"
 
-// yamlTable is one entry of tables. It records the entry's line and decodes
-// its fields with the strictness of the surrounding decoder (an
-// old-style unmarshaler shares the decoder, so KnownFields applies).
+// yamlTable is one entry of tables.
 type yamlTable struct {
-	line int
-	f    yamlTableFields
-}
-
-type yamlTableFields struct {
 	Name            yaml.Node `yaml:"name"`
 	Sampler         yaml.Node `yaml:"sampler"`
 	Remover         yaml.Node `yaml:"remover"`
@@ -541,15 +539,6 @@ type yamlTableFields struct {
 }
 
 const yamlTableKeys = "name, sampler, remover, max_size, max_times_sampled, rate_limiter, queue, stack, signature"
-
-func (t *yamlTable) UnmarshalYAML(unmarshal func(any) error) error {
-	var n yaml.Node
-	if err := unmarshal(&n); err != nil {
-		return err
-	}
-	t.line = n.Line
-	return unmarshal(&t.f)
-}
 
 func (p *cfgParser) parseYAML(data []byte, cfg *Config) error {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -597,16 +586,54 @@ func (p *cfgParser) parseYAML(data []byte, cfg *Config) error {
 		}
 		cfg.CheckpointDir = dir
 	}
-	if len(f.Tables) == 0 {
+	// The nodes of the tables, for their lines.
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return p.yamlDecodeError(data, err)
+	}
+	// yaml.v3 drops null entries from the decoded list; the nodes have
+	// them all.
+	nodes := yamlTableNodes(&root)
+	if len(nodes) == 0 {
+		for range f.Tables {
+			nodes = append(nodes, &yaml.Node{Kind: yaml.MappingNode})
+		}
+	}
+	if len(nodes) == 0 {
 		return p.errf("tables", 0, "at least one table is required")
 	}
-	seen := make(map[string]int, len(f.Tables))
-	for i := range f.Tables {
-		tc, err := p.yamlTable(i, &f.Tables[i], seen)
+	seen := make(map[string]int, len(nodes))
+	decoded := f.Tables
+	for i, n := range nodes {
+		n = yamlResolve(n)
+		var t yamlTable
+		if n.Kind == yaml.MappingNode && len(decoded) > 0 {
+			t, decoded = decoded[0], decoded[1:]
+		}
+		tc, err := p.yamlTable(i, &t, n, seen)
 		if err != nil {
 			return err
 		}
 		cfg.Tables = append(cfg.Tables, tc)
+	}
+	return nil
+}
+
+// yamlTableNodes returns the entries of the top-level tables list.
+func yamlTableNodes(root *yaml.Node) []*yaml.Node {
+	doc := root
+	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {
+		doc = yamlResolve(doc.Content[0])
+	}
+	if doc.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(doc.Content); i += 2 {
+		if doc.Content[i].Value == "tables" {
+			if seq := yamlResolve(doc.Content[i+1]); seq.Kind == yaml.SequenceNode {
+				return seq.Content
+			}
+		}
 	}
 	return nil
 }
@@ -676,7 +703,7 @@ func (p *cfgParser) yamlTypeError(root *yaml.Node, msg string) *configError {
 		switch {
 		case strings.HasSuffix(m[3], "[]server.yamlTable"):
 			return p.errf(path, line, "must be a list of tables, got %s", got)
-		case strings.HasSuffix(m[3], "yamlTableFields"):
+		case strings.HasSuffix(m[3], "yamlTable"):
 			return p.errf(path, line, "a table must be a mapping, got %s", got)
 		case strings.HasSuffix(m[3], "yamlFile"):
 			return p.errf(path, line, "the document must be a mapping, got %s", got)
@@ -709,7 +736,7 @@ func yamlWalk(n *yaml.Node, path string, visit func(n *yaml.Node, path string, i
 	case yaml.MappingNode:
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, v := n.Content[i], n.Content[i+1]
-			p := cfgJoinPath(path, k.Value)
+			p := cfgKeyPath(path, k.Value)
 			if visit(k, p, true) || yamlWalk(v, p, visit) {
 				return true
 			}
@@ -869,10 +896,10 @@ func (p *cfgParser) ymapping(n *yaml.Node, path string, allowed ...string) (map[
 		}
 		key := k.Value
 		if first, dup := lines[key]; dup {
-			return nil, nil, p.yerrf(cfgJoinPath(path, key), k, "duplicate key (first at line %d)", first)
+			return nil, nil, p.yerrf(cfgKeyPath(path, key), k, "duplicate key (first at line %d)", first)
 		}
 		if allowed != nil && !slices.Contains(allowed, key) {
-			return nil, nil, p.yerrf(cfgJoinPath(path, key), k, "unknown key %q; want one of %s", key, strings.Join(allowed, ", "))
+			return nil, nil, p.yerrf(cfgKeyPath(path, key), k, "unknown key %q; want one of %s", key, strings.Join(allowed, ", "))
 		}
 		lines[key] = k.Line
 		m[key] = v
@@ -881,15 +908,15 @@ func (p *cfgParser) ymapping(n *yaml.Node, path string, allowed ...string) (map[
 	return m, order, nil
 }
 
-func (p *cfgParser) yamlTable(i int, t *yamlTable, seen map[string]int) (TableConfig, error) {
+func (p *cfgParser) yamlTable(i int, f *yamlTable, n *yaml.Node, seen map[string]int) (TableConfig, error) {
 	path := fmt.Sprintf("tables[%d]", i)
 	var tc TableConfig
-	if t.line == 0 {
-		return tc, p.errf(path, 0, "a table must be a mapping, got null")
+	if n.Kind != yaml.MappingNode {
+		return tc, p.yerrf(path, n, "a table must be a mapping, got %s", yamlDescribe(n))
 	}
-	f := &t.f
+	line := n.Line
 	if yamlAbsent(&f.Name) {
-		return tc, p.errf(path+".name", t.line, "required")
+		return tc, p.errf(path+".name", line, "required")
 	}
 	name, err := p.ystring(&f.Name, path+".name")
 	if err != nil {
@@ -954,14 +981,14 @@ func (p *cfgParser) yamlTable(i int, t *yamlTable, seen map[string]int) (TableCo
 		spec *selector.Spec
 	}{{"sampler", &f.Sampler, &tc.Sampler}, {"remover", &f.Remover, &tc.Remover}} {
 		if yamlAbsent(s.n) {
-			return tc, p.errf(path+"."+s.key, t.line, "required (or use the queue or stack shorthand)")
+			return tc, p.errf(path+"."+s.key, line, "required (or use the queue or stack shorthand)")
 		}
 		if *s.spec, err = p.yselector(s.n, path+"."+s.key); err != nil {
 			return tc, err
 		}
 	}
 	if yamlAbsent(&f.MaxSize) {
-		return tc, p.errf(path+".max_size", t.line, "required")
+		return tc, p.errf(path+".max_size", line, "required")
 	}
 	if tc.MaxSize, err = p.yint(&f.MaxSize, path+".max_size"); err != nil {
 		return tc, err
@@ -980,7 +1007,7 @@ func (p *cfgParser) yamlTable(i int, t *yamlTable, seen map[string]int) (TableCo
 		tc.MaxTimesSampled = int32(n)
 	}
 	if yamlAbsent(&f.RateLimiter) {
-		return tc, p.errf(path+".rate_limiter", t.line, "required")
+		return tc, p.errf(path+".rate_limiter", line, "required")
 	}
 	if tc.RateLimiter, err = p.yrateLimiter(&f.RateLimiter, path+".rate_limiter"); err != nil {
 		return tc, err
@@ -1281,7 +1308,7 @@ func (p *cfgParser) ysignature(n *yaml.Node, path string) (*tensorflowpb.Structu
 		}
 		dv := &tensorflowpb.DictValue{Fields: make(map[string]*tensorflowpb.StructuredValue, len(order))}
 		for _, k := range order {
-			v, err := p.ysignature(m[k], cfgJoinPath(path, k))
+			v, err := p.ysignature(m[k], cfgKeyPath(path, k))
 			if err != nil {
 				return nil, err
 			}

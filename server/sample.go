@@ -70,6 +70,9 @@ func (s *Server) serveSampleRequest(ctx context.Context, req *reverbpb.SampleStr
 	timeout := sampleTimeout(req.GetRateLimiterTimeout())
 	batch := min(int64(firstSampleBatch), n)
 	for remaining := n; remaining > 0; {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		samples, err := t.Sample(ctx, int(batch), timeout)
 		if err != nil {
 			return err

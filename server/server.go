@@ -243,3 +243,14 @@ func (s *Server) table(field, name string) (*serverTable, error) {
 	}
 	return t, nil
 }
+
+// Pending reports how many inserts and samples are blocked on the named
+// table's rate limiter.
+func (s *Server) Pending(table string) (inserts, samples int, ok bool) {
+	t, found := s.tables[table]
+	if !found {
+		return 0, 0, false
+	}
+	info := t.Info()
+	return info.PendingInserts, info.PendingSamples, true
+}

@@ -534,9 +534,11 @@ func TestCancelledSamplerLeavesNoRequest(t *testing.T) {
 		_, err := sampleN(ctx, s.Client, "queue", 1, -1)
 		errc <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
+	waitPending(t, s.Server, "queue", 1)
 	cancel()
 	wantCode(t, <-errc, codes.Canceled)
+	// The server learns of the cancellation asynchronously.
+	waitPending(t, s.Server, "queue", 0)
 	ctx = ctxT(t)
 	if _, err := insertAll(ctx, s.Client, &reverbpb.InsertStreamRequest{Chunks: []*reverbpb.ChunkData{chunk(1, 1, 1)}, Items: []*reverbpb.PrioritizedItem{item(1, "queue", 1, 1, 0, 1)}}); err != nil {
 		t.Fatal(err)
@@ -646,5 +648,20 @@ func TestDualStack(t *testing.T) {
 		if _, err := client.ServerInfo(ctxT(t), &reverbpb.ServerInfoRequest{}); err != nil {
 			t.Fatalf("%s: %v", host, err)
 		}
+	}
+}
+
+func waitPending(t *testing.T, s *server.Server, table string, samples int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, n, _ := s.Pending(table)
+		if n == samples {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("table %s: %d pending samples, want %d", table, n, samples)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
