@@ -3,6 +3,7 @@ module github.com/reverie-rl/reverie
 go 1.26.8
 
 require (
+	github.com/golang/snappy v1.0.0
 	go.uber.org/goleak v1.3.0
 	go.yaml.in/yaml/v3 v3.0.6
 	google.golang.org/grpc v1.85.0

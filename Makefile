@@ -1,0 +1,38 @@
+# Thin wrappers; the logic lives in scripts/. CI runs `make test` (.ci/run).
+.PHONY: build serve test check gotest genproto genproto-check fuzz bench-table bench-selector clean
+
+build:
+	go build -o .bin/reverie ./cmd/reverie
+
+serve:
+	go run ./cmd/reverie serve
+
+# The whole suite: static checks, generated-code check, race-enabled tests,
+# and the grpcurl acceptance check against the built binary.
+test:
+	scripts/test.sh
+
+check:
+	scripts/test.sh --check-only
+
+gotest:
+	go test -race -count=1 ./...
+
+genproto:
+	scripts/genproto.sh
+
+genproto-check:
+	scripts/genproto.sh --check
+
+fuzz:
+	go test -run XXX -fuzz FuzzInsertStream -fuzztime 60s ./server
+	go test -run XXX -fuzz FuzzSampleStream -fuzztime 60s ./server
+
+bench-table:
+	go test -run XXX -bench BenchmarkTable -benchtime 1000000x ./internal/table -args -table.sizes 1000,100000,10000000
+
+bench-selector:
+	go test -run XXX -bench BenchmarkSelector ./selector
+
+clean:
+	rm -rf .bin

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# reverie's whole test suite, as CI runs it on a fresh machine. It installs
+# what it needs: Go modules, a pinned staticcheck, and the Python venv with
+# the pinned protoc (scripts/venv.sh).
+#
+#   scripts/test.sh               everything
+#   scripts/test.sh --check-only  static checks and the generated-code check
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+step() { printf '\n=== %s\n' "$*"; }
+
+step "gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go'))
+if [[ -n "$unformatted" ]]; then
+  echo "gofmt: these files need formatting:" >&2
+  echo "$unformatted" >&2
+  exit 1
+fi
+
+step "go vet"
+go vet ./...
+
+step "staticcheck"
+mkdir -p .bin
+GOBIN="$root/.bin" go install honnef.co/go/tools/cmd/staticcheck@v0.8.2
+.bin/staticcheck ./...
+
+step "generated code is current"
+scripts/genproto.sh --check
+
+[[ "${1:-}" == "--check-only" ]] && exit 0
+
+step "go test -race (GOMAXPROCS 1 and 4)"
+go test -race -count=1 -cpu 1,4 -timeout 15m ./...
+
+step "acceptance: grpcurl ServerInfo through reflection"
+scripts/grpcurl-check.sh
