@@ -6,29 +6,25 @@ var _ Selector = (*priorityHeap)(nil)
 // (order, seq).
 type heapItem struct {
 	order float64 // the priority, negated in a max-heap
-	seq   uint64  // when the key was last inserted or updated
-	key   uint64
-	slot  int32 // the key's slot in priorityHeap.pos
+	seq   uint64  // when the slot was last inserted or updated
+	slot  Slot
 }
 
-// priorityHeap is a binary heap of items in a slice. Each key owns a slot
-// in pos, which follows the key's position in items, so that sifting
-// updates an int32 slab rather than a map; free slots are chained through
-// pos.
+// priorityHeap is a binary heap of items in a slice. pos, indexed by slot,
+// follows each slot's position in items, so that sifting updates a plain
+// int32 slice rather than a map.
 type priorityHeap struct {
 	items []heapItem
-	pos   []int32          // slot -> position in items, or next free slot
-	free  int32            // first free slot, or nilNode
-	index map[uint64]int32 // key -> slot
-	seq   uint64           // counts inserts and updates
+	pos   []int32 // slot -> position in items, or nilSlot when absent
+	seq   uint64  // counts inserts and updates
 	max   bool
 }
 
-// NewHeap returns a selector that picks the key of lowest priority (of
-// highest, when minHeap is false) with probability 1. Of keys with equal
+// NewHeap returns a selector that picks the slot of lowest priority (of
+// highest, when minHeap is false) with probability 1. Of slots with equal
 // priorities it picks the one least recently inserted or updated.
 func NewHeap(minHeap bool) Selector {
-	return &priorityHeap{index: make(map[uint64]int32), free: nilNode, max: !minHeap}
+	return &priorityHeap{max: !minHeap}
 }
 
 // NewMinHeap returns NewHeap(true).
@@ -48,58 +44,49 @@ func (h *priorityHeap) order(priority float64) float64 {
 	return priority
 }
 
-// Insert adds key with priority.
-func (h *priorityHeap) Insert(key uint64, priority float64) error {
+// Insert adds slot with priority.
+func (h *priorityHeap) Insert(slot Slot, priority float64) error {
 	if err := checkNotNaN(priority); err != nil {
 		return err
 	}
-	if _, ok := h.index[key]; ok {
+	checkSlot(slot)
+	if int(slot) >= len(h.pos) {
+		h.pos = growPositions(h.pos, slot)
+	} else if h.pos[slot] != nilSlot {
 		return ErrExists
 	}
-	slot := h.free
-	if slot != nilNode {
-		h.free = h.pos[slot]
-	} else {
-		if len(h.pos) == maxSlots {
-			panic("selector: too many keys")
-		}
-		slot = int32(len(h.pos))
-		h.pos = append(h.pos, 0)
-	}
-	h.index[key] = slot
 	h.seq++
-	h.items = append(h.items, heapItem{order: h.order(priority), seq: h.seq, key: key, slot: slot})
+	h.items = append(h.items, heapItem{order: h.order(priority), seq: h.seq, slot: slot})
 	i := len(h.items) - 1
 	h.pos[slot] = int32(i)
 	h.up(i)
 	return nil
 }
 
-// Update gives key a new priority, placing it after the keys of equal
+// Update gives slot a new priority, placing it after the slots of equal
 // priority.
-func (h *priorityHeap) Update(key uint64, priority float64) error {
+func (h *priorityHeap) Update(slot Slot, priority float64) error {
 	if err := checkNotNaN(priority); err != nil {
 		return err
 	}
-	slot, ok := h.index[key]
-	if !ok {
+	i := position(h.pos, slot)
+	if i == nilSlot {
 		return ErrNotFound
 	}
-	i := int(h.pos[slot])
 	h.seq++
 	h.items[i].order, h.items[i].seq = h.order(priority), h.seq
-	h.fix(i)
+	h.fix(int(i))
 	return nil
 }
 
-// Delete removes key, moving the last item into its place.
-func (h *priorityHeap) Delete(key uint64) error {
-	slot, ok := h.index[key]
-	if !ok {
+// Delete removes slot, moving the last item into its place.
+func (h *priorityHeap) Delete(slot Slot) error {
+	p := position(h.pos, slot)
+	if p == nilSlot {
 		return ErrNotFound
 	}
-	delete(h.index, key)
-	i, last := int(h.pos[slot]), len(h.items)-1
+	h.pos[slot] = nilSlot
+	i, last := int(p), len(h.items)-1
 	if i != last {
 		h.place(i, h.items[last])
 	}
@@ -107,27 +94,23 @@ func (h *priorityHeap) Delete(key uint64) error {
 	if i != last {
 		h.fix(i)
 	}
-	h.pos[slot], h.free = h.free, slot
 	return nil
 }
 
-// Sample returns the key at the top of the heap.
+// Sample returns the slot at the top of the heap.
 func (h *priorityHeap) Sample() (Choice, error) {
 	if len(h.items) == 0 {
 		return Choice{}, ErrEmpty
 	}
-	return Choice{Key: h.items[0].key, Probability: 1}, nil
+	return Choice{Slot: h.items[0].slot, Probability: 1}, nil
 }
 
-// Len returns the number of keys held.
+// Len returns the number of slots held.
 func (h *priorityHeap) Len() int { return len(h.items) }
 
-// Clear removes every key and releases their memory. The insert counter
+// Clear removes every slot and releases their memory. The insert counter
 // carries on.
-func (h *priorityHeap) Clear() {
-	h.items, h.pos, h.free = nil, nil, nilNode
-	h.index = make(map[uint64]int32)
-}
+func (h *priorityHeap) Clear() { h.items, h.pos = nil, nil }
 
 // Spec returns the MinHeap or MaxHeap spec.
 func (h *priorityHeap) Spec() Spec {

@@ -31,24 +31,24 @@ func mustNew(tb testing.TB, spec selector.Spec, seed uint64) selector.Selector {
 	return s
 }
 
-func mustInsert(tb testing.TB, s selector.Selector, key uint64, priority float64) {
+func mustInsert(tb testing.TB, s selector.Selector, slot selector.Slot, priority float64) {
 	tb.Helper()
-	if err := s.Insert(key, priority); err != nil {
-		tb.Fatalf("Insert(%d, %v): %v", key, priority, err)
+	if err := s.Insert(slot, priority); err != nil {
+		tb.Fatalf("Insert(%d, %v): %v", slot, priority, err)
 	}
 }
 
-func mustUpdate(tb testing.TB, s selector.Selector, key uint64, priority float64) {
+func mustUpdate(tb testing.TB, s selector.Selector, slot selector.Slot, priority float64) {
 	tb.Helper()
-	if err := s.Update(key, priority); err != nil {
-		tb.Fatalf("Update(%d, %v): %v", key, priority, err)
+	if err := s.Update(slot, priority); err != nil {
+		tb.Fatalf("Update(%d, %v): %v", slot, priority, err)
 	}
 }
 
-func mustDelete(tb testing.TB, s selector.Selector, key uint64) {
+func mustDelete(tb testing.TB, s selector.Selector, slot selector.Slot) {
 	tb.Helper()
-	if err := s.Delete(key); err != nil {
-		tb.Fatalf("Delete(%d): %v", key, err)
+	if err := s.Delete(slot); err != nil {
+		tb.Fatalf("Delete(%d): %v", slot, err)
 	}
 }
 
@@ -61,37 +61,59 @@ func mustSample(tb testing.TB, s selector.Selector) selector.Choice {
 	return c
 }
 
-// Critical values of the chi-square distribution at p = 0.001, by degrees
-// of freedom. A statistic above them has a 0.1% chance under the null
-// hypothesis; with fixed seeds the tests are deterministic anyway.
-var chiSquareCritical001 = map[int]float64{
+// Critical values of the chi-square distribution at p = 0.001, indexed by
+// degrees of freedom. A statistic above them has a 0.1% chance under the
+// null hypothesis; with fixed seeds the tests are deterministic anyway.
+var chiSquareCritical001 = [...]float64{
 	1: 10.83, 2: 13.82, 3: 16.27, 4: 18.47, 5: 20.52,
 	6: 22.46, 7: 24.32, 8: 26.12, 9: 27.88,
 }
 
-// chiSquare checks observed counts against expected probabilities (which
-// must all be > 0) at p = 0.001.
-func chiSquare(tb testing.TB, observed map[uint64]int, expected map[uint64]float64, draws int) {
+// chiSquare checks observed counts against expected probabilities at
+// p = 0.001. Both are indexed by slot; a slot of expected probability 0 (or
+// beyond expected) must never be observed.
+func chiSquare(tb testing.TB, observed []int, expected []float64, draws int) {
 	tb.Helper()
-	stat := 0.0
-	for key, p := range expected {
+	stat, cells := 0.0, 0
+	for slot, p := range expected {
+		if p == 0 {
+			continue
+		}
 		e := p * float64(draws)
-		d := float64(observed[key]) - e
+		d := float64(count(observed, slot)) - e
 		stat += d * d / e
+		cells++
 	}
-	for key, n := range observed {
-		if _, ok := expected[key]; !ok {
-			tb.Errorf("key %d drawn %d times, expected never", key, n)
+	for slot, n := range observed {
+		if n > 0 && (slot >= len(expected) || expected[slot] == 0) {
+			tb.Errorf("slot %d drawn %d times, expected never", slot, n)
 		}
 	}
-	df := len(expected) - 1
-	crit, ok := chiSquareCritical001[df]
-	if !ok {
+	df := cells - 1
+	if df < 1 || df >= len(chiSquareCritical001) {
 		tb.Fatalf("no critical value for %d degrees of freedom", df)
 	}
+	crit := chiSquareCritical001[df]
 	if stat > crit {
 		tb.Errorf("chi-square = %.2f > %.2f (df=%d, p=0.001); observed %v, expected probabilities %v",
 			stat, crit, df, observed, expected)
 	}
 	tb.Logf("chi-square = %.2f (critical %.2f, df=%d)", stat, crit, df)
+}
+
+// count returns counts[i], or 0 when i is beyond counts.
+func count(counts []int, i int) int {
+	if i >= len(counts) {
+		return 0
+	}
+	return counts[i]
+}
+
+// tally adds one to counts[i], growing counts as needed.
+func tally(counts []int, i int) []int {
+	if i >= len(counts) {
+		counts = append(counts, make([]int, i+1-len(counts))...)
+	}
+	counts[i]++
+	return counts
 }

@@ -1,113 +1,110 @@
 package selector
 
-// nilNode marks the absence of a node in a list.
-const nilNode = -1
-
-// listNode is one slot of a list's slab. A free slot links the free list
-// through next.
-type listNode struct {
-	key        uint64
+// link holds a slot's neighbours in a list: the slot inserted just before
+// it and the one just after, or nilSlot. prev is absent when the slot is
+// not in the list.
+type link struct {
 	prev, next int32
 }
 
-// list holds keys in insertion order, as a doubly linked list threaded
-// through a slab of nodes: it makes no allocation per key and holds no
-// pointer for the garbage collector to scan. Every operation is O(1).
+// list holds slots in insertion order, as a doubly linked list whose nodes
+// are the slots themselves: links[s] links slot s. It makes no allocation
+// per slot, holds no pointer for the garbage collector to scan and does no
+// hashing. Every operation is O(1), amortized over the growth of links.
 //
 // list implements every Selector method but Sample and Spec, which fifo and
 // lifo add.
 type list struct {
-	nodes      []listNode
-	index      map[uint64]int32 // key -> node
-	head, tail int32            // oldest and newest node, or nilNode
-	free       int32            // first free node, or nilNode
+	links      []link // slot -> its links; {absent, absent} when not present
+	head, tail int32  // oldest and newest slot, or nilSlot
+	n          int    // number of slots present
 }
 
-func newList() list {
-	return list{index: make(map[uint64]int32), head: nilNode, tail: nilNode, free: nilNode}
-}
+func newList() list { return list{head: nilSlot, tail: nilSlot} }
 
 // CheckPriority rejects NaN; the priority is otherwise ignored.
 func (l *list) CheckPriority(priority float64) error { return checkNotNaN(priority) }
 
-// Insert appends key as the newest key.
-func (l *list) Insert(key uint64, priority float64) error {
+// has reports whether slot is present.
+func (l *list) has(slot Slot) bool {
+	return int(slot) < len(l.links) && l.links[slot].prev != absent
+}
+
+// Insert appends slot as the newest slot.
+func (l *list) Insert(slot Slot, priority float64) error {
 	if err := checkNotNaN(priority); err != nil {
 		return err
 	}
-	if _, ok := l.index[key]; ok {
+	checkSlot(slot)
+	if int(slot) >= len(l.links) {
+		l.grow(slot)
+	} else if l.links[slot].prev != absent {
 		return ErrExists
 	}
-	i := l.free
-	if i != nilNode {
-		l.free = l.nodes[i].next
+	s := int32(slot)
+	l.links[s] = link{prev: l.tail, next: nilSlot}
+	if l.tail != nilSlot {
+		l.links[l.tail].next = s
 	} else {
-		if len(l.nodes) == maxSlots {
-			panic("selector: too many keys")
-		}
-		i = int32(len(l.nodes))
-		l.nodes = append(l.nodes, listNode{})
+		l.head = s
 	}
-	l.nodes[i] = listNode{key: key, prev: l.tail, next: nilNode}
-	if l.tail != nilNode {
-		l.nodes[l.tail].next = i
-	} else {
-		l.head = i
-	}
-	l.tail = i
-	l.index[key] = i
+	l.tail = s
+	l.n++
 	return nil
 }
 
-// Update checks that key is present; it does not move it.
-func (l *list) Update(key uint64, priority float64) error {
+// grow extends links to cover slot.
+func (l *list) grow(slot Slot) {
+	grown := make([]link, growLen(len(l.links), slot))
+	n := copy(grown, l.links)
+	for i := n; i < len(grown); i++ {
+		grown[i] = link{prev: absent, next: absent}
+	}
+	l.links = grown
+}
+
+// Update checks that slot is present; it does not move it.
+func (l *list) Update(slot Slot, priority float64) error {
 	if err := checkNotNaN(priority); err != nil {
 		return err
 	}
-	if _, ok := l.index[key]; !ok {
+	if !l.has(slot) {
 		return ErrNotFound
 	}
 	return nil
 }
 
-// Delete unlinks key.
-func (l *list) Delete(key uint64) error {
-	i, ok := l.index[key]
-	if !ok {
+// Delete unlinks slot.
+func (l *list) Delete(slot Slot) error {
+	if !l.has(slot) {
 		return ErrNotFound
 	}
-	delete(l.index, key)
-	if len(l.index) == 0 {
-		// Start the slab afresh, keeping its memory.
-		l.nodes, l.head, l.tail, l.free = l.nodes[:0], nilNode, nilNode, nilNode
-		return nil
-	}
-	n := l.nodes[i]
-	if n.prev != nilNode {
-		l.nodes[n.prev].next = n.next
+	n := l.links[slot]
+	if n.prev != nilSlot {
+		l.links[n.prev].next = n.next
 	} else {
 		l.head = n.next
 	}
-	if n.next != nilNode {
-		l.nodes[n.next].prev = n.prev
+	if n.next != nilSlot {
+		l.links[n.next].prev = n.prev
 	} else {
 		l.tail = n.prev
 	}
-	l.nodes[i] = listNode{prev: nilNode, next: l.free}
-	l.free = i
+	l.links[slot] = link{prev: absent, next: absent}
+	l.n--
 	return nil
 }
 
-// Len returns the number of keys held.
-func (l *list) Len() int { return len(l.index) }
+// Len returns the number of slots held.
+func (l *list) Len() int { return l.n }
 
-// Clear removes every key and releases the slab.
+// Clear removes every slot and releases the links.
 func (l *list) Clear() { *l = newList() }
 
-// pick returns node i, the head or the tail, as a certain choice.
-func (l *list) pick(i int32) (Choice, error) {
-	if i == nilNode {
+// pick returns slot s, the head or the tail, as a certain choice.
+func (l *list) pick(s int32) (Choice, error) {
+	if s == nilSlot {
 		return Choice{}, ErrEmpty
 	}
-	return Choice{Key: l.nodes[i].key, Probability: 1}, nil
+	return Choice{Slot: Slot(s), Probability: 1}, nil
 }

@@ -3,25 +3,30 @@ package selector_test
 import (
 	"errors"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/reverie-rl/reverie/selector"
 )
 
-// step is one operation of an order script, with the key Sample must
+// step is one operation of an order script, with the slot Sample must
 // return after it (or empty, when the selector must be empty).
 type step struct {
 	op    byte // 'i' insert, 'u' update, 'd' delete
-	key   uint64
+	slot  selector.Slot
 	prio  float64
-	want  uint64
+	want  selector.Slot
 	empty bool
 }
 
-func ins(key uint64, prio float64, want uint64) step { return step{'i', key, prio, want, false} }
-func upd(key uint64, prio float64, want uint64) step { return step{'u', key, prio, want, false} }
-func del(key, want uint64) step                      { return step{'d', key, 0, want, false} }
-func delLast(key uint64) step                        { return step{'d', key, 0, 0, true} }
+func ins(slot selector.Slot, prio float64, want selector.Slot) step {
+	return step{'i', slot, prio, want, false}
+}
+func upd(slot selector.Slot, prio float64, want selector.Slot) step {
+	return step{'u', slot, prio, want, false}
+}
+func del(slot, want selector.Slot) step { return step{'d', slot, 0, want, false} }
+func delLast(slot selector.Slot) step   { return step{'d', slot, 0, 0, true} }
 
 // runScript applies steps to a deterministic selector, checking the sample
 // after each.
@@ -31,14 +36,14 @@ func runScript(t *testing.T, s selector.Selector, steps []step) {
 		var err error
 		switch st.op {
 		case 'i':
-			err = s.Insert(st.key, st.prio)
+			err = s.Insert(st.slot, st.prio)
 		case 'u':
-			err = s.Update(st.key, st.prio)
+			err = s.Update(st.slot, st.prio)
 		case 'd':
-			err = s.Delete(st.key)
+			err = s.Delete(st.slot)
 		}
 		if err != nil {
-			t.Fatalf("step %d (%c %d %v): %v", i, st.op, st.key, st.prio, err)
+			t.Fatalf("step %d (%c %d %v): %v", i, st.op, st.slot, st.prio, err)
 		}
 		c, err := s.Sample()
 		if st.empty {
@@ -47,9 +52,9 @@ func runScript(t *testing.T, s selector.Selector, steps []step) {
 			}
 			continue
 		}
-		if err != nil || c.Key != st.want || c.Probability != 1 {
-			t.Fatalf("step %d (%c %d %v): Sample() = %+v, %v; want key %d with probability 1",
-				i, st.op, st.key, st.prio, c, err, st.want)
+		if err != nil || c.Slot != st.want || c.Probability != 1 {
+			t.Fatalf("step %d (%c %d %v): Sample() = %+v, %v; want slot %d with probability 1",
+				i, st.op, st.slot, st.prio, c, err, st.want)
 		}
 	}
 }
@@ -74,6 +79,10 @@ func TestFIFOLIFOOrder(t *testing.T) {
 			ins(1, 0, 1), ins(2, 0, 1), del(1, 2), ins(1, 0, 2), ins(3, 0, 2), del(2, 1), del(1, 3), delLast(3),
 			ins(7, 0, 7), ins(8, 0, 7), del(7, 8),
 		}},
+		{"fifo/sparse slots", selector.NewFIFO, []step{
+			ins(1_000_000, 0, 1_000_000), ins(0, 0, 1_000_000), ins(5, 0, 1_000_000), del(1_000_000, 0),
+			ins(1_000_000, 0, 0), del(0, 5), del(5, 1_000_000), ins(70_000, 0, 1_000_000), del(1_000_000, 70_000), delLast(70_000),
+		}},
 		{"lifo/insert", selector.NewLIFO, []step{
 			ins(3, 9, 3), ins(1, 0, 1), ins(2, 5, 2),
 		}},
@@ -83,6 +92,10 @@ func TestFIFOLIFOOrder(t *testing.T) {
 		}},
 		{"lifo/update does not move", selector.NewLIFO, []step{
 			ins(1, 1, 1), ins(2, 1, 2), upd(1, 100, 2), upd(2, -5, 2), del(2, 1),
+		}},
+		{"lifo/sparse slots", selector.NewLIFO, []step{
+			ins(1_000_000, 0, 1_000_000), ins(0, 0, 0), ins(5, 0, 5), del(5, 0),
+			ins(5, 0, 5), del(0, 5), del(5, 1_000_000), ins(70_000, 0, 70_000), del(70_000, 1_000_000), delLast(1_000_000),
 		}},
 		{"lifo/reused slots", selector.NewLIFO, []step{
 			ins(1, 0, 1), ins(2, 0, 2), del(1, 2), ins(1, 0, 1), ins(3, 0, 3), del(3, 1), del(1, 2), delLast(2),
@@ -121,6 +134,13 @@ func TestHeapOrder(t *testing.T) {
 		{"min/zero signs tie", true, []step{
 			ins(1, 0, 1), ins(2, -0.0, 1), upd(1, 0, 2),
 		}},
+		{"min/reused slot goes behind equal priorities", true, []step{
+			ins(1, 2, 1), ins(2, 2, 1), del(1, 2), ins(1, 2, 2), del(2, 1), ins(2, 2, 1), del(1, 2),
+		}},
+		{"min/sparse slots", true, []step{
+			ins(1_000_000, 2, 1_000_000), ins(0, 2, 1_000_000), ins(5, 1, 5), upd(5, 2, 1_000_000),
+			del(1_000_000, 0), ins(70_000, -1, 70_000), del(70_000, 0), del(0, 5), delLast(5),
+		}},
 		{"max/priorities", false, []step{
 			ins(1, 5, 1), ins(2, 3, 1), ins(3, 7, 3), ins(4, -1, 3), ins(5, 10, 5),
 			del(5, 3), del(3, 1), upd(4, 6, 4), upd(4, -6, 1), del(1, 2), del(2, 4), delLast(4),
@@ -134,6 +154,13 @@ func TestHeapOrder(t *testing.T) {
 		{"max/update moves behind equal priorities", false, []step{
 			ins(1, 2, 1), ins(2, 2, 1), ins(3, 2, 1), upd(1, 2, 2), upd(2, 2, 3), upd(3, 2, 1),
 			del(1, 2), ins(4, 2, 2), upd(2, 2, 3), del(3, 4), del(4, 2),
+		}},
+		{"max/reused slot goes behind equal priorities", false, []step{
+			ins(1, 2, 1), ins(2, 2, 1), del(1, 2), ins(1, 2, 2), del(2, 1), ins(2, 2, 1), del(1, 2),
+		}},
+		{"max/sparse slots", false, []step{
+			ins(1_000_000, 2, 1_000_000), ins(0, 2, 1_000_000), ins(5, 3, 5), upd(5, 2, 1_000_000),
+			del(1_000_000, 0), ins(70_000, 9, 70_000), del(70_000, 0), del(0, 5), delLast(5),
 		}},
 		{"max/update to a tie from above", false, []step{
 			ins(1, 3, 1), ins(2, 2, 1), upd(1, 2, 2), upd(2, 1, 1), upd(2, 2, 1),
@@ -150,26 +177,37 @@ func TestHeapTiesLarge(t *testing.T) {
 	for _, minHeap := range []bool{true, false} {
 		h := selector.NewHeap(minHeap)
 		const n = 1000
-		for key := range uint64(n) {
-			mustInsert(t, h, key, 7)
+		for slot := range selector.Slot(n) {
+			mustInsert(t, h, slot, 7)
 		}
-		// Touch the even keys: they go behind the odd ones, in key order.
-		for key := uint64(0); key < n; key += 2 {
-			mustUpdate(t, h, key, 7)
+		// Touch the even slots: they go behind the odd ones, in slot order.
+		for slot := selector.Slot(0); slot < n; slot += 2 {
+			mustUpdate(t, h, slot, 7)
 		}
-		var want []uint64
-		for key := uint64(1); key < n; key += 2 {
-			want = append(want, key)
+		var want []selector.Slot
+		for slot := selector.Slot(1); slot < n; slot += 2 {
+			want = append(want, slot)
 		}
-		for key := uint64(0); key < n; key += 2 {
-			want = append(want, key)
+		for slot := selector.Slot(0); slot < n; slot += 2 {
+			want = append(want, slot)
 		}
+		// Pop the first half and reinsert each popped slot at once: a
+		// reused slot goes behind every slot of equal priority.
+		for i := range n / 2 {
+			c := mustSample(t, h)
+			if c.Slot != want[i] {
+				t.Fatalf("minHeap=%v: pop %d = %d, want %d", minHeap, i, c.Slot, want[i])
+			}
+			mustDelete(t, h, c.Slot)
+			mustInsert(t, h, c.Slot, 7)
+		}
+		want = slices.Concat(want[n/2:], want[:n/2])
 		for i, w := range want {
 			c := mustSample(t, h)
-			if c.Key != w {
-				t.Fatalf("minHeap=%v: pop %d = %d, want %d", minHeap, i, c.Key, w)
+			if c.Slot != w {
+				t.Fatalf("minHeap=%v: pop %d = %d, want %d", minHeap, i, c.Slot, w)
 			}
-			mustDelete(t, h, c.Key)
+			mustDelete(t, h, c.Slot)
 		}
 	}
 }

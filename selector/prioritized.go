@@ -3,6 +3,7 @@ package selector
 import (
 	"fmt"
 	"math"
+	"math/bits"
 	"math/rand/v2"
 )
 
@@ -12,24 +13,34 @@ var _ Selector = (*prioritized)(nil)
 // selector accepts. It keeps the sum of up to 2^31 weights finite.
 const MaxPriorityWeight = math.MaxFloat64 / (1 << 32)
 
-// prioritized keeps the weights of its keys in the leaves of a sum tree.
+// fanout is the number of children of an inner node of the sum tree: 8
+// float64 weights fill one 64-byte cache line, so that a descent from the
+// root to a leaf reads one line per level, and a tree of 2^24 leaves has 8
+// levels above its leaves rather than 24.
+const fanout = 8
+
+// prioritized keeps the weights of its slots in the leaves of a sum tree
+// whose leaf index is the slot.
 //
-// tree[leaves+i] is the weight of keys[i], for i < len(keys); the leaves
-// past len(keys) are 0. Every inner node i in [1, leaves) is
-// tree[2i]+tree[2i+1], recomputed from its children whenever one changes, so
-// that no rounding error accumulates: a subtree of zero weights sums to
-// exactly 0. tree[1] is the total weight; tree[0] is unused. leaves is a
-// power of two (or 0 before the first insert).
+// levels[0] holds the leaves: levels[0][s] is the weight of slot s, or 0
+// when s is not present; its length, the capacity, is a power of two (or 0
+// before the first insert). Each following level has one node per fanout
+// nodes of the level below: levels[k][i] = sum(levels[k-1][fanout*i:][:fanout]),
+// recomputed from the children whenever one changes, so that no rounding
+// error accumulates: a subtree of zero weights sums to exactly 0. Levels
+// are padded with zeros to a multiple of fanout. The last level holds one
+// node, the total weight.
+//
+// present lists the present slots densely, for Len and for the uniform
+// draw when every weight is 0.
 type prioritized struct {
 	exponent float64
-	tree     []float64
-	leaves   int
-	keys     []uint64       // leaf -> key
-	index    map[uint64]int // key -> leaf
+	levels   [][]float64
+	present  dense
 	rng      *rand.Rand
 }
 
-// NewPrioritized returns a selector that picks a key with probability
+// NewPrioritized returns a selector that picks a slot with probability
 // w/Σw, where w = priority^exponent (and w = 0 when the priority is 0, even
 // when exponent is 0). When every weight is 0 it picks uniformly. seed seeds
 // its generator.
@@ -40,7 +51,7 @@ func NewPrioritized(exponent float64, seed uint64) Selector {
 	if err := checkExponent(exponent); err != nil {
 		panic(err)
 	}
-	return &prioritized{exponent: exponent, index: make(map[uint64]int), rng: newRand(seed)}
+	return &prioritized{exponent: exponent, rng: newRand(seed)}
 }
 
 func checkExponent(exponent float64) error {
@@ -73,121 +84,145 @@ func (p *prioritized) CheckPriority(priority float64) error {
 	return err
 }
 
-// Insert adds key with the weight of priority.
-func (p *prioritized) Insert(key uint64, priority float64) error {
+// Insert adds slot with the weight of priority.
+func (p *prioritized) Insert(slot Slot, priority float64) error {
 	w, err := p.weight(priority)
 	if err != nil {
 		return err
 	}
-	if _, ok := p.index[key]; ok {
+	checkSlot(slot)
+	if p.present.has(slot) {
 		return ErrExists
 	}
-	i := len(p.keys)
-	if i == p.leaves {
-		p.resize(max(2*p.leaves, 16))
+	if int(slot) >= p.capacity() {
+		p.grow(slot)
 	}
-	p.keys = append(p.keys, key)
-	p.index[key] = i
-	p.set(i, w)
+	p.present.add(slot)
+	p.set(slot, w)
 	return nil
 }
 
-// Update gives key the weight of priority.
-func (p *prioritized) Update(key uint64, priority float64) error {
+// Update gives slot the weight of priority.
+func (p *prioritized) Update(slot Slot, priority float64) error {
 	w, err := p.weight(priority)
 	if err != nil {
 		return err
 	}
-	i, ok := p.index[key]
-	if !ok {
+	if !p.present.has(slot) {
 		return ErrNotFound
 	}
-	p.set(i, w)
+	p.set(slot, w)
 	return nil
 }
 
-// Delete removes key, moving the last leaf into its place.
-func (p *prioritized) Delete(key uint64) error {
-	i, ok := p.index[key]
-	if !ok {
+// Delete removes slot: its leaf goes back to 0.
+func (p *prioritized) Delete(slot Slot) error {
+	if !p.present.remove(slot) {
 		return ErrNotFound
 	}
-	delete(p.index, key)
-	last := len(p.keys) - 1
-	if i != last {
-		moved := p.keys[last]
-		p.keys[i] = moved
-		p.index[moved] = i
-		p.set(i, p.tree[p.leaves+last])
-	}
-	p.set(last, 0)
-	p.keys = p.keys[:last]
+	p.set(slot, 0)
 	return nil
 }
 
-// Sample picks a key with probability w/Σw, or uniformly when Σw is 0.
+// Sample picks a slot with probability w/Σw, or uniformly when Σw is 0.
 func (p *prioritized) Sample() (Choice, error) {
-	n := len(p.keys)
-	if n == 0 {
+	if len(p.present.slots) == 0 {
 		return Choice{}, ErrEmpty
 	}
-	total := p.tree[1]
+	total := p.total()
 	if total == 0 {
-		return Choice{Key: p.keys[p.rng.IntN(n)], Probability: 1 / float64(n)}, nil
+		return p.present.draw(p.rng), nil
 	}
 	i := p.find(p.rng.Float64() * total)
-	return Choice{Key: p.keys[i], Probability: p.tree[p.leaves+i] / total}, nil
+	return Choice{Slot: Slot(i), Probability: p.levels[0][i] / total}, nil
 }
+
+// capacity returns the number of leaves.
+func (p *prioritized) capacity() int {
+	if len(p.levels) == 0 {
+		return 0
+	}
+	return len(p.levels[0])
+}
+
+// total returns the total weight. The tree must have leaves.
+func (p *prioritized) total() float64 { return p.levels[len(p.levels)-1][0] }
 
 // find descends from the root to the leaf whose share of [0, total)
 // holds t, and returns its index. The total must be > 0.
 //
 // Rounding may leave t outside the range of the node it reaches (t*total
 // may round up to total, and the partial sums need not add up exactly), so
-// the descent never follows a child of weight 0 when its sibling has
-// weight: a node of positive weight always has a child of positive weight,
-// hence the leaf returned has positive weight whatever t is.
+// the descent never follows a child of weight 0: it takes the first child
+// of positive weight whose share holds t, or else the last child of
+// positive weight. A node of positive weight always has a child of positive
+// weight, hence the leaf returned has positive weight whatever t is.
 func (p *prioritized) find(t float64) int {
-	j := 1
-	for j < p.leaves {
-		j *= 2
-		left, right := p.tree[j], p.tree[j+1]
-		if left > 0 && (t < left || right == 0) {
-			continue
+	i := 0
+	for k := len(p.levels) - 2; k >= 0; k-- {
+		base := i * fanout
+		pick := 0
+		for j, w := range (*[fanout]float64)(p.levels[k][base:]) {
+			if w == 0 {
+				continue
+			}
+			pick = j
+			if t < w {
+				break
+			}
+			t -= w
 		}
-		t -= left
-		j++
+		i = base + pick
 	}
-	return j - p.leaves
+	return i
 }
 
-// set stores weight w in leaf i and recomputes its ancestors.
-func (p *prioritized) set(i int, w float64) {
-	j := p.leaves + i
-	p.tree[j] = w
-	for j > 1 {
-		j /= 2
-		p.tree[j] = p.tree[2*j] + p.tree[2*j+1]
+// sum returns the sum of a node's children, always added in the same
+// order (pairwise, which keeps the chain of dependent additions short).
+func sum(c *[fanout]float64) float64 {
+	return ((c[0] + c[1]) + (c[2] + c[3])) + ((c[4] + c[5]) + (c[6] + c[7]))
+}
+
+// set stores weight w in the leaf of slot and recomputes its ancestors.
+func (p *prioritized) set(slot Slot, w float64) {
+	i := int(slot)
+	p.levels[0][i] = w
+	for k := 1; k < len(p.levels); k++ {
+		i /= fanout
+		p.levels[k][i] = sum((*[fanout]float64)(p.levels[k-1][i*fanout:]))
 	}
 }
 
-// resize rebuilds the tree with the given number of leaves, in O(leaves).
-func (p *prioritized) resize(leaves int) {
-	tree := make([]float64, 2*leaves)
-	copy(tree[leaves:], p.tree[p.leaves:p.leaves+len(p.keys)])
-	for j := leaves - 1; j >= 1; j-- {
-		tree[j] = tree[2*j] + tree[2*j+1]
+// grow rebuilds the tree with enough leaves for slot, at least doubling
+// them, in O(leaves).
+func (p *prioritized) grow(slot Slot) {
+	leaves := 1 << bits.Len(uint(growLen(p.capacity(), slot)-1))
+	levels := [][]float64{make([]float64, leaves)}
+	if len(p.levels) > 0 {
+		copy(levels[0], p.levels[0])
 	}
-	p.tree, p.leaves = tree, leaves
+	for n := leaves; n > 1; {
+		below := levels[len(levels)-1]
+		n = (n + fanout - 1) / fanout
+		size := n
+		if n > 1 {
+			size = (n + fanout - 1) / fanout * fanout
+		}
+		level := make([]float64, size)
+		for i := range n {
+			level[i] = sum((*[fanout]float64)(below[i*fanout:]))
+		}
+		levels = append(levels, level)
+	}
+	p.levels = levels
 }
 
-// Len returns the number of keys held.
-func (p *prioritized) Len() int { return len(p.keys) }
+// Len returns the number of slots held.
+func (p *prioritized) Len() int { return len(p.present.slots) }
 
-// Clear removes every key and releases the tree.
+// Clear removes every slot and releases the tree.
 func (p *prioritized) Clear() {
-	p.tree, p.leaves, p.keys = nil, 0, nil
-	p.index = make(map[uint64]int)
+	p.levels, p.present = nil, dense{}
 }
 
 // Spec returns the Prioritized spec with its exponent.

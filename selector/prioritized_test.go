@@ -4,63 +4,91 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/reverie-rl/reverie/selector"
 )
 
-// weights returns the normalised weights p^exponent (0 when p is 0) of the
-// keys with positive weight.
-func weights(priorities map[uint64]float64, exponent float64) map[uint64]float64 {
-	w := make(map[uint64]float64)
-	total := 0.0
-	for k, p := range priorities {
-		if p == 0 {
-			continue
-		}
-		w[k] = math.Pow(p, exponent)
-		total += w[k]
+// sp is a slot with its priority.
+type sp struct {
+	slot selector.Slot
+	prio float64
+}
+
+// insertAll inserts every item into s.
+func insertAll(t *testing.T, s selector.Selector, items []sp) {
+	t.Helper()
+	for _, it := range items {
+		mustInsert(t, s, it.slot, it.prio)
 	}
-	for k := range w {
-		w[k] /= total
+}
+
+// weights returns the normalised weights p^exponent (0 when p is 0) of
+// items, in their order.
+func weights(items []sp, exponent float64) []float64 {
+	w := make([]float64, len(items))
+	total := 0.0
+	for i, it := range items {
+		if it.prio != 0 {
+			w[i] = math.Pow(it.prio, exponent)
+			total += w[i]
+		}
+	}
+	for i := range w {
+		w[i] /= total
 	}
 	return w
 }
 
-// sampleMatches draws from s and checks the reported probabilities against
-// want to 1e-12, and the counts with a chi-square test at p = 0.001.
-func sampleMatches(t *testing.T, s selector.Selector, want map[uint64]float64, draws int) {
+// uniformly returns n probabilities of 1/n.
+func uniformly(n int) []float64 {
+	w := make([]float64, n)
+	for i := range w {
+		w[i] = 1 / float64(n)
+	}
+	return w
+}
+
+// sampleMatches draws from s, whose slots are those of items, and checks
+// that it never draws a slot whose probability in want is 0, the reported
+// probabilities against want to 1e-12, and the counts with a chi-square
+// test at p = 0.001.
+func sampleMatches(t *testing.T, s selector.Selector, items []sp, want []float64, draws int) {
 	t.Helper()
-	observed := make(map[uint64]int)
+	observed := make([]int, len(items))
 	for range draws {
 		c := mustSample(t, s)
-		p, ok := want[c.Key]
-		if !ok {
-			t.Fatalf("drew key %d, which has weight 0", c.Key)
+		i := slices.IndexFunc(items, func(it sp) bool { return it.slot == c.Slot })
+		if i < 0 {
+			t.Fatalf("drew slot %d, which is not present", c.Slot)
 		}
-		if math.Abs(c.Probability-p) > 1e-12 {
-			t.Fatalf("key %d: Probability = %v, want %v", c.Key, c.Probability, p)
+		if want[i] == 0 {
+			t.Fatalf("drew slot %d, which has weight 0", c.Slot)
 		}
-		observed[c.Key]++
+		if math.Abs(c.Probability-want[i]) > 1e-12 {
+			t.Fatalf("slot %d: Probability = %v, want %v", c.Slot, c.Probability, want[i])
+		}
+		observed[i]++
 	}
 	chiSquare(t, observed, want, draws)
 }
 
 // TestPrioritizedDistribution draws 100k times from priorities
-// {1, 2, 3, 4, 0}: the key of priority 0 is never drawn, the reported
+// {1, 2, 3, 4, 0}: the slot of priority 0 is never drawn, the reported
 // probabilities equal w/Σw to 1e-12 and the counts pass a chi-square test
 // at p = 0.001 (df = 3: 16.27). Then it updates, deletes and inserts, and
-// checks the new weights the same way (df = 4: 18.47).
+// checks the new weights the same way (df = 4: 18.47). Then it does the
+// same on sparse slots, which leave most leaves of the tree unused (df = 3,
+// then df = 2: 13.82 once the largest slot is deleted).
 func TestPrioritizedDistribution(t *testing.T) {
 	const draws = 100_000
 	for _, exponent := range []float64{1, 0.5, 0, 2} {
 		t.Run(fmt.Sprintf("exponent=%v", exponent), func(t *testing.T) {
 			s := selector.NewPrioritized(exponent, 1234)
-			prios := map[uint64]float64{0: 1, 1: 2, 2: 3, 3: 4, 4: 0}
-			for key := range uint64(5) {
-				mustInsert(t, s, key, prios[key])
-			}
-			sampleMatches(t, s, weights(prios, exponent), draws)
+			items := []sp{{0, 1}, {1, 2}, {2, 3}, {3, 4}, {4, 0}}
+			insertAll(t, s, items)
+			sampleMatches(t, s, items, weights(items, exponent), draws)
 
 			mustUpdate(t, s, 0, 10)
 			mustDelete(t, s, 2)
@@ -69,8 +97,17 @@ func TestPrioritizedDistribution(t *testing.T) {
 			mustUpdate(t, s, 3, 0)
 			mustInsert(t, s, 6, 0)
 			mustInsert(t, s, 7, 1.5)
-			prios = map[uint64]float64{0: 10, 1: 2, 3: 0, 4: 5, 5: 0.5, 6: 0, 7: 1.5}
-			sampleMatches(t, s, weights(prios, exponent), draws)
+			items = []sp{{0, 10}, {1, 2}, {3, 0}, {4, 5}, {5, 0.5}, {6, 0}, {7, 1.5}}
+			sampleMatches(t, s, items, weights(items, exponent), draws)
+
+			s.Clear()
+			items = []sp{{1_000_000, 3}, {0, 1}, {5, 0}, {65_536, 2}, {777, 4}}
+			insertAll(t, s, items)
+			sampleMatches(t, s, items, weights(items, exponent), draws)
+
+			mustDelete(t, s, 1_000_000)
+			items = items[1:]
+			sampleMatches(t, s, items, weights(items, exponent), draws)
 		})
 	}
 }
@@ -79,20 +116,27 @@ func TestPrioritizedDistribution(t *testing.T) {
 func TestPrioritizedZero(t *testing.T) {
 	t.Run("all zero is uniform", func(t *testing.T) {
 		s := selector.NewPrioritized(1, 5)
-		for key := range uint64(4) {
-			mustInsert(t, s, key, 0)
-		}
-		sampleMatches(t, s, map[uint64]float64{0: 0.25, 1: 0.25, 2: 0.25, 3: 0.25}, 20_000)
+		items := []sp{{0, 0}, {1, 0}, {2, 0}, {3, 0}}
+		insertAll(t, s, items)
+		sampleMatches(t, s, items, uniformly(4), 20_000)
+	})
+	t.Run("all zero is uniform over sparse slots", func(t *testing.T) {
+		s := selector.NewPrioritized(1, 5)
+		items := []sp{{0, 0}, {5, 0}, {1_000_000, 0}, {6, 3}}
+		insertAll(t, s, items)
+		mustDelete(t, s, 6)
+		items = items[:3]
+		sampleMatches(t, s, items, uniformly(3), 20_000)
 	})
 	t.Run("zero never drawn beside a tiny weight", func(t *testing.T) {
 		s := selector.NewPrioritized(1, 5)
-		for key := range uint64(100) {
-			mustInsert(t, s, key, 0)
+		for slot := range selector.Slot(100) {
+			mustInsert(t, s, slot, 0)
 		}
 		mustInsert(t, s, 100, 5e-324) // the smallest positive float64
 		for range 10_000 {
-			if c := mustSample(t, s); c.Key != 100 || c.Probability != 1 {
-				t.Fatalf("Sample() = %+v, want key 100 with probability 1", c)
+			if c := mustSample(t, s); c.Slot != 100 || c.Probability != 1 {
+				t.Fatalf("Sample() = %+v, want slot 100 with probability 1", c)
 			}
 		}
 		// Back to all zero: uniform again.
@@ -103,11 +147,9 @@ func TestPrioritizedZero(t *testing.T) {
 	})
 	t.Run("exponent 0 keeps zero at zero", func(t *testing.T) {
 		s := selector.NewPrioritized(0, 5)
-		mustInsert(t, s, 0, 0)
-		mustInsert(t, s, 1, 5)
-		mustInsert(t, s, 2, 1e-9)
-		mustInsert(t, s, 3, 0)
-		sampleMatches(t, s, map[uint64]float64{1: 0.5, 2: 0.5}, 20_000)
+		items := []sp{{0, 0}, {1, 5}, {2, 1e-9}, {3, 0}}
+		insertAll(t, s, items)
+		sampleMatches(t, s, items, []float64{0, 0.5, 0.5, 0}, 20_000)
 	})
 	t.Run("empty weights after deletes is uniform", func(t *testing.T) {
 		s := selector.NewPrioritized(1, 5)
@@ -115,7 +157,22 @@ func TestPrioritizedZero(t *testing.T) {
 		mustInsert(t, s, 1, 3)
 		mustInsert(t, s, 2, 0)
 		mustDelete(t, s, 1)
-		sampleMatches(t, s, map[uint64]float64{0: 0.5, 2: 0.5}, 20_000)
+		sampleMatches(t, s, []sp{{0, 0}, {2, 0}}, uniformly(2), 20_000)
+	})
+	t.Run("deleted slot is never drawn", func(t *testing.T) {
+		s := selector.NewPrioritized(1, 5)
+		mustInsert(t, s, 0, 0)
+		mustInsert(t, s, 1, 1e290)
+		mustInsert(t, s, 2, 1e-300)
+		mustDelete(t, s, 1)
+		for range 1000 {
+			if c := mustSample(t, s); c.Slot != 2 || c.Probability != 1 {
+				t.Fatalf("Sample() = %+v, want slot 2 with probability 1", c)
+			}
+		}
+		// Reinserting the deleted slot brings its new weight back.
+		mustInsert(t, s, 1, 1e-300)
+		sampleMatches(t, s, []sp{{0, 0}, {1, 1e-300}, {2, 1e-300}}, []float64{0, 0.5, 0.5}, 20_000)
 	})
 }
 
@@ -128,6 +185,9 @@ func TestPrioritizedRejects(t *testing.T) {
 		if err := s.Insert(3, p); !errors.Is(err, selector.ErrInvalidPriority) {
 			t.Errorf("Insert(3, %v) = %v, want ErrInvalidPriority", p, err)
 		}
+		if err := s.Insert(1_000_000, p); !errors.Is(err, selector.ErrInvalidPriority) {
+			t.Errorf("Insert(1_000_000, %v) = %v, want ErrInvalidPriority", p, err)
+		}
 		if err := s.Update(1, p); !errors.Is(err, selector.ErrInvalidPriority) {
 			t.Errorf("Update(1, %v) = %v, want ErrInvalidPriority", p, err)
 		}
@@ -139,8 +199,8 @@ func TestPrioritizedRejects(t *testing.T) {
 		t.Fatalf("Len() = %d, want 2", s.Len())
 	}
 	for range 100 {
-		if c := mustSample(t, s); c.Key != 1 || c.Probability != 1 {
-			t.Fatalf("Sample() = %+v, want key 1 with probability 1", c)
+		if c := mustSample(t, s); c.Slot != 1 || c.Probability != 1 {
+			t.Fatalf("Sample() = %+v, want slot 1 with probability 1", c)
 		}
 	}
 	// The weight limit depends on the exponent.
@@ -156,8 +216,8 @@ func TestPrioritizedRejects(t *testing.T) {
 // still sum to a finite total.
 func TestPrioritizedLargeWeights(t *testing.T) {
 	s := selector.NewPrioritized(1, 1)
-	for key := range uint64(1000) {
-		mustInsert(t, s, key, selector.MaxPriorityWeight)
+	for slot := range selector.Slot(1000) {
+		mustInsert(t, s, slot, selector.MaxPriorityWeight)
 	}
 	for range 100 {
 		if c := mustSample(t, s); c.Probability != 1.0/1000 {
@@ -167,29 +227,41 @@ func TestPrioritizedLargeWeights(t *testing.T) {
 }
 
 // TestPrioritizedGrowth inserts past several doublings of the tree and
-// deletes back down, checking the probability of one marked key.
+// deletes back down, checking the probability of one marked slot; then
+// grows the tree at once to a far slot.
 func TestPrioritizedGrowth(t *testing.T) {
 	s := selector.NewPrioritized(1, 3)
 	mustInsert(t, s, 0, 1000)
-	for key := uint64(1); key <= 5000; key++ {
-		mustInsert(t, s, key, 1)
+	for slot := selector.Slot(1); slot <= 5000; slot++ {
+		mustInsert(t, s, slot, 1)
 	}
-	for key := uint64(1); key <= 4000; key++ {
-		mustDelete(t, s, key)
+	for slot := selector.Slot(1); slot <= 4000; slot++ {
+		mustDelete(t, s, slot)
 	}
-	// Key 0 has weight 1000 of 2000.
-	found := false
-	for range 1000 {
-		c := mustSample(t, s)
-		want := 1.0 / 2000
-		if c.Key == 0 {
-			want, found = 0.5, true
+	// Slot 0 has weight 1000 of 2000.
+	check := func(marked selector.Slot, others int) {
+		t.Helper()
+		found := false
+		for range 1000 {
+			c := mustSample(t, s)
+			want := 1.0 / 2000
+			if c.Slot == marked {
+				want, found = 0.5, true
+			}
+			if math.Abs(c.Probability-want) > 1e-12 {
+				t.Fatalf("slot %d: Probability = %v, want %v", c.Slot, c.Probability, want)
+			}
 		}
-		if math.Abs(c.Probability-want) > 1e-12 {
-			t.Fatalf("key %d: Probability = %v, want %v", c.Key, c.Probability, want)
+		if !found {
+			t.Fatalf("slot %d (half the weight) never drawn in 1000 draws", marked)
+		}
+		if s.Len() != others+1 {
+			t.Fatalf("Len() = %d, want %d", s.Len(), others+1)
 		}
 	}
-	if !found {
-		t.Fatal("key 0 (half the weight) never drawn in 1000 draws")
-	}
+	check(0, 1000)
+	// A far slot grows the tree past many doublings at once.
+	mustDelete(t, s, 0)
+	mustInsert(t, s, 3_000_000, 1000)
+	check(3_000_000, 1000)
 }

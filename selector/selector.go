@@ -18,8 +18,8 @@ import (
 // Errors returned by selectors. Custom selectors should return (or wrap)
 // the same ones.
 var (
-	ErrNotFound        = errors.New("selector: key not found")
-	ErrExists          = errors.New("selector: key already present")
+	ErrNotFound        = errors.New("selector: slot not found")
+	ErrExists          = errors.New("selector: slot already present")
 	ErrEmpty           = errors.New("selector: empty")
 	ErrInvalidPriority = errors.New("selector: invalid priority")
 )
@@ -81,31 +81,39 @@ func (s Spec) Deterministic() bool {
 	return false
 }
 
+// Slot identifies an item inside a table. The table assigns slots densely:
+// a slot is unique among the items the table holds, is reused after its
+// item leaves, and stays below the largest number of items the table has
+// held at once. Selectors index plain slices by slot, so they need no maps
+// and do no hashing.
+type Slot = uint32
+
 // Choice is one pick of a selector.
 type Choice struct {
-	Key uint64
-	// Probability is the probability with which Key was picked.
+	Slot Slot
+	// Probability is the probability with which Slot was picked.
 	Probability float64
 }
 
-// Selector picks keys. Every key the table holds is inserted exactly once
-// and deleted exactly once; priorities change only through Update.
+// Selector picks items. Every item the table holds is inserted exactly once
+// and deleted exactly once; priorities change only through Update. Slots
+// are opaque to selectors apart from being small dense integers.
 type Selector interface {
 	// CheckPriority reports ErrInvalidPriority (wrapped, naming the value)
 	// when the selector cannot hold an item with this priority. The table
 	// calls it before any change, so a rejected item changes nothing.
 	CheckPriority(priority float64) error
-	// Insert adds a key that is not present (else ErrExists).
-	Insert(key uint64, priority float64) error
-	// Update changes the priority of a present key (else ErrNotFound).
-	Update(key uint64, priority float64) error
-	// Delete removes a present key (else ErrNotFound).
-	Delete(key uint64) error
-	// Sample picks a key without removing it (ErrEmpty when empty).
+	// Insert adds a slot that is not present (else ErrExists).
+	Insert(slot Slot, priority float64) error
+	// Update changes the priority of a present slot (else ErrNotFound).
+	Update(slot Slot, priority float64) error
+	// Delete removes a present slot (else ErrNotFound).
+	Delete(slot Slot) error
+	// Sample picks a slot without removing it (ErrEmpty when empty).
 	Sample() (Choice, error)
-	// Len is the number of keys held.
+	// Len is the number of slots held.
 	Len() int
-	// Clear removes every key.
+	// Clear removes every slot.
 	Clear()
 	// Spec describes the selector.
 	Spec() Spec

@@ -96,15 +96,47 @@ func TestErrors(t *testing.T) {
 				{"delete again", func() error { return s.Delete(1) }, selector.ErrNotFound},
 				{"sample emptied", func() error { _, err := s.Sample(); return err }, selector.ErrEmpty},
 				{"insert after emptying", func() error { return s.Insert(1, 1) }, nil},
+				{"update beyond", func() error { return s.Update(1_000_000, 1) }, selector.ErrNotFound},
+				{"delete beyond", func() error { return s.Delete(1_000_000) }, selector.ErrNotFound},
+				{"update MaxSlot", func() error { return s.Update(selector.MaxSlot, 1) }, selector.ErrNotFound},
+				{"delete MaxSlot", func() error { return s.Delete(selector.MaxSlot) }, selector.ErrNotFound},
+				{"update past MaxSlot", func() error { return s.Update(math.MaxUint32, 1) }, selector.ErrNotFound},
+				{"delete past MaxSlot", func() error { return s.Delete(math.MaxUint32) }, selector.ErrNotFound},
+				{"insert sparse", func() error { return s.Insert(1_000_000, 1) }, nil},
+				{"insert sparse again", func() error { return s.Insert(1_000_000, 1) }, selector.ErrExists},
+				{"update below sparse", func() error { return s.Update(999_999, 1) }, selector.ErrNotFound},
+				{"delete below sparse", func() error { return s.Delete(999_999) }, selector.ErrNotFound},
+				{"update sparse", func() error { return s.Update(1_000_000, 1) }, nil},
+				{"delete sparse", func() error { return s.Delete(1_000_000) }, nil},
+				{"delete sparse again", func() error { return s.Delete(1_000_000) }, selector.ErrNotFound},
 			}
 			for _, st := range steps {
 				if err := st.do(); !errors.Is(err, st.want) || (st.want == nil) != (err == nil) {
 					t.Fatalf("%s: got %v, want %v", st.name, err, st.want)
 				}
 			}
-			if c := mustSample(t, s); c.Key != 1 || c.Probability != 1 {
-				t.Errorf("Sample() = %+v, want key 1 with probability 1", c)
+			if c := mustSample(t, s); c.Slot != 1 || c.Probability != 1 {
+				t.Errorf("Sample() = %+v, want slot 1 with probability 1", c)
 			}
+			if s.Len() != 1 {
+				t.Errorf("Len() = %d, want 1", s.Len())
+			}
+		})
+	}
+}
+
+// TestInsertPastMaxSlot checks that Insert panics on a slot above MaxSlot,
+// a slot no table hands out, rather than allocating for it.
+func TestInsertPastMaxSlot(t *testing.T) {
+	for _, k := range builtins {
+		t.Run(k.name, func(t *testing.T) {
+			s := mustNew(t, k.spec, 1)
+			defer func() {
+				if recover() == nil {
+					t.Error("Insert(MaxSlot+1) did not panic")
+				}
+			}()
+			_ = s.Insert(selector.MaxSlot+1, 1)
 		})
 	}
 }
@@ -113,9 +145,10 @@ func TestClear(t *testing.T) {
 	for _, k := range builtins {
 		t.Run(k.name, func(t *testing.T) {
 			s := mustNew(t, k.spec, 1)
-			for key := range uint64(100) {
-				mustInsert(t, s, key, float64(key%7))
+			for slot := range selector.Slot(100) {
+				mustInsert(t, s, slot, float64(slot%7))
 			}
+			mustInsert(t, s, 1_000_000, 1)
 			s.Clear()
 			if s.Len() != 0 {
 				t.Fatalf("Len() = %d after Clear", s.Len())
@@ -141,21 +174,20 @@ func TestClear(t *testing.T) {
 func TestCheckPriority(t *testing.T) {
 	nan, inf := math.NaN(), math.Inf(1)
 	values := []float64{nan, -1, inf, -inf, 0, 1, 1e300, -0.0}
-	// accepted[kind][i] tells whether values[i] is accepted.
-	accepted := map[string][]bool{
-		"fifo":        {false, true, true, true, true, true, true, true},
-		"lifo":        {false, true, true, true, true, true, true, true},
-		"uniform":     {false, true, true, true, true, true, true, true},
-		"min_heap":    {false, true, true, true, true, true, true, true},
-		"max_heap":    {false, true, true, true, true, true, true, true},
-		"prioritized": {false, false, false, false, true, true, false, true},
+	// accepted(kind)[i] tells whether values[i] is accepted: every kind but
+	// Prioritized accepts every number.
+	accepted := func(kind string) []bool {
+		if kind == "prioritized" {
+			return []bool{false, false, false, false, true, true, false, true}
+		}
+		return []bool{false, true, true, true, true, true, true, true}
 	}
 	for _, k := range builtins {
 		t.Run(k.name, func(t *testing.T) {
 			s := mustNew(t, k.spec, 1)
 			for i, p := range values {
 				err := s.CheckPriority(p)
-				if ok := accepted[k.name][i]; ok != (err == nil) {
+				if ok := accepted(k.name)[i]; ok != (err == nil) {
 					t.Errorf("CheckPriority(%v) = %v, want accepted=%v", p, err, ok)
 					continue
 				}
@@ -169,7 +201,7 @@ func TestCheckPriority(t *testing.T) {
 					t.Errorf("CheckPriority(%v) = %q, does not name %s", p, err, want)
 				}
 				// Insert must reject it too, changing nothing.
-				if err := s.Insert(uint64(i), p); !errors.Is(err, selector.ErrInvalidPriority) {
+				if err := s.Insert(selector.Slot(i), p); !errors.Is(err, selector.ErrInvalidPriority) {
 					t.Errorf("Insert(%v) = %v, want ErrInvalidPriority", p, err)
 				}
 				if s.Len() != 0 {

@@ -61,9 +61,17 @@ func Queue(size int64) RateLimiter { return ratelimit.Queue(size) }
 // Stack is the limiter of a stack table of the given size.
 func Stack(size int64) RateLimiter { return ratelimit.Stack(size) }
 
-// TableExtension runs inside a table's atomic operations; see
-// internal/table.Extension.
+// TableExtension runs inside a table's atomic operations, under the table's
+// lock: OnInsert, OnSample, OnUpdate, OnDelete and OnReset. Hooks must be
+// fast, must not block or call back into the server, and must not keep the
+// *TableItem past the call. Embed NoopExtension to implement only some.
 type TableExtension = table.Extension
+
+// TableItem is the item a TableExtension hook sees.
+type TableItem = table.Item
+
+// NoopExtension implements TableExtension with hooks that do nothing.
+type NoopExtension = table.NoopExtension
 
 // TableConfig configures one table.
 type TableConfig struct {

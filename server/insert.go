@@ -100,7 +100,7 @@ func (is *insertStream) insert(ctx context.Context, i int, pi *reverbpb.Prioriti
 	for _, c := range chunks {
 		c.Ref()
 	}
-	item := &table.Item{
+	item := table.Item{
 		Key:        pi.GetKey(),
 		Priority:   pi.GetPriority(),
 		Trajectory: pi.GetFlatTrajectory(),

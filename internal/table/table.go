@@ -82,7 +82,8 @@ type Table struct {
 	mu struct {
 		sync.Mutex
 		closed             bool
-		items              map[uint64]*Item
+		keys               map[uint64]selector.Slot // item key -> slot in items
+		items              slab
 		sampler            selector.Selector
 		remover            selector.Selector
 		limiter            *ratelimit.Limiter
@@ -95,7 +96,7 @@ type Table struct {
 }
 
 type insertWaiter struct {
-	item *Item
+	item Item
 	done chan struct{}
 	err  error
 }
@@ -130,7 +131,7 @@ func New(cfg Config) (*Table, error) {
 	if t.now == nil {
 		t.now = func() int64 { return time.Now().UnixNano() }
 	}
-	t.mu.items = make(map[uint64]*Item)
+	t.mu.keys = make(map[uint64]selector.Slot)
 	t.mu.sampler = cfg.Sampler
 	t.mu.remover = cfg.Remover
 	t.mu.limiter = ratelimit.New(cfg.RateLimiter)
@@ -163,12 +164,13 @@ func (t *Table) checkPriorityLocked(priority float64) error {
 
 // Insert adds item, waiting while the rate limiter forbids it. An item
 // whose key is already present updates that item's priority instead (its
-// trajectory is ignored), as Reverb treats a re-sent item.
+// trajectory is ignored), as Reverb treats a re-sent item. The table stamps
+// InsertedAt and zeroes TimesSampled.
 //
 // On success the table owns the references in item.Chunks. On error the
 // caller keeps them. Insert returns ctx's error if ctx ends first, and
 // ErrClosed if the table closes.
-func (t *Table) Insert(ctx context.Context, item *Item) error {
+func (t *Table) Insert(ctx context.Context, item Item) error {
 	if len(item.Trajectory.GetColumns()) == 0 {
 		return fmt.Errorf("%w: item %d has no columns", ErrInvalidItem, item.Key)
 	}
@@ -182,7 +184,7 @@ func (t *Table) Insert(ctx context.Context, item *Item) error {
 		return err
 	}
 	if t.mu.inserts.len() == 0 && t.mu.limiter.CanInsert() {
-		t.applyInsertLocked(item)
+		t.applyInsertLocked(&item)
 		t.pumpLocked()
 		t.mu.Unlock()
 		return nil
@@ -263,15 +265,15 @@ func (t *Table) Sample(ctx context.Context, n int, timeout time.Duration) ([]Sam
 // sampleLocked appends up to n-len(out) samples to out while the rate
 // limiter admits them.
 func (t *Table) sampleLocked(out []Sampled, n int, rateLimited bool) []Sampled {
-	for len(out) < n && len(t.mu.items) > 0 && t.mu.limiter.CanSample() {
+	if out == nil {
+		out = make([]Sampled, 0, min(n, len(t.mu.keys)))
+	}
+	for len(out) < n && len(t.mu.keys) > 0 && t.mu.limiter.CanSample() {
 		choice, err := t.mu.sampler.Sample()
 		if err != nil {
 			break
 		}
-		item := t.mu.items[choice.Key]
-		if item == nil {
-			break // sampler out of step with the table; never expected
-		}
+		item := t.mu.items.at(choice.Slot)
 		item.TimesSampled++
 		if item.TimesSampled == 1 {
 			t.mu.numUniqueSamples++
@@ -280,14 +282,14 @@ func (t *Table) sampleLocked(out []Sampled, n int, rateLimited bool) []Sampled {
 		out = append(out, Sampled{
 			Item:        *item,
 			Probability: choice.Probability,
-			TableSize:   int64(len(t.mu.items)),
+			TableSize:   int64(len(t.mu.keys)),
 			RateLimited: rateLimited,
 		})
 		for _, e := range t.exts {
 			e.OnSample(item)
 		}
 		if t.maxTimesSampled > 0 && item.TimesSampled >= t.maxTimesSampled {
-			t.deleteLocked(item)
+			t.deleteLocked(choice.Slot)
 		}
 	}
 	return out
@@ -295,58 +297,61 @@ func (t *Table) sampleLocked(out []Sampled, n int, rateLimited bool) []Sampled {
 
 // applyInsertLocked puts item in the table. The rate limiter has admitted it.
 func (t *Table) applyInsertLocked(item *Item) {
-	if old, ok := t.mu.items[item.Key]; ok {
+	if slot, ok := t.mu.keys[item.Key]; ok {
+		old := t.mu.items.at(slot)
 		prev := old.Priority
 		old.Priority = item.Priority
-		t.updateSelectorsLocked(old.Key, old.Priority)
+		t.updateSelectorsLocked(slot, old.Priority)
 		for _, c := range item.Chunks {
 			c.Unref()
 		}
-		item.Chunks = nil
 		for _, e := range t.exts {
 			e.OnUpdate(old, prev)
 		}
 		return
 	}
-	item.InsertedAt = t.now()
-	item.TimesSampled = 0
-	t.mu.items[item.Key] = item
-	// Priorities were checked before the item was queued and keys are new,
+	slot, it := t.mu.items.alloc()
+	*it = *item
+	it.InsertedAt = t.now()
+	it.TimesSampled = 0
+	t.mu.keys[it.Key] = slot
+	// Priorities were checked before the item was queued and slots are new,
 	// so neither selector can refuse.
-	if err := t.mu.sampler.Insert(item.Key, item.Priority); err != nil {
+	if err := t.mu.sampler.Insert(slot, it.Priority); err != nil {
 		panic(fmt.Sprintf("table %q: sampler refused checked item: %v", t.name, err))
 	}
-	if err := t.mu.remover.Insert(item.Key, item.Priority); err != nil {
+	if err := t.mu.remover.Insert(slot, it.Priority); err != nil {
 		panic(fmt.Sprintf("table %q: remover refused checked item: %v", t.name, err))
 	}
-	for _, c := range item.Chunks {
+	for _, c := range it.Chunks {
 		t.mu.episodes[c.EpisodeID()]++
 	}
 	t.mu.limiter.Insert()
 	for _, e := range t.exts {
-		e.OnInsert(item)
+		e.OnInsert(it)
 	}
-	if int64(len(t.mu.items)) > t.maxSize {
+	if int64(len(t.mu.keys)) > t.maxSize {
 		if victim, err := t.mu.remover.Sample(); err == nil {
-			t.deleteLocked(t.mu.items[victim.Key])
+			t.deleteLocked(victim.Slot)
 		}
 	}
 }
 
-func (t *Table) updateSelectorsLocked(key uint64, priority float64) {
-	if err := t.mu.sampler.Update(key, priority); err != nil {
+func (t *Table) updateSelectorsLocked(slot selector.Slot, priority float64) {
+	if err := t.mu.sampler.Update(slot, priority); err != nil {
 		panic(fmt.Sprintf("table %q: sampler refused checked update: %v", t.name, err))
 	}
-	if err := t.mu.remover.Update(key, priority); err != nil {
+	if err := t.mu.remover.Update(slot, priority); err != nil {
 		panic(fmt.Sprintf("table %q: remover refused checked update: %v", t.name, err))
 	}
 }
 
-// deleteLocked removes item from the table and drops its chunk references.
-func (t *Table) deleteLocked(item *Item) {
-	delete(t.mu.items, item.Key)
-	_ = t.mu.sampler.Delete(item.Key)
-	_ = t.mu.remover.Delete(item.Key)
+// deleteLocked removes the item in slot and drops its chunk references.
+func (t *Table) deleteLocked(slot selector.Slot) {
+	item := t.mu.items.at(slot)
+	delete(t.mu.keys, item.Key)
+	_ = t.mu.sampler.Delete(slot)
+	_ = t.mu.remover.Delete(slot)
 	for _, c := range item.Chunks {
 		ep := c.EpisodeID()
 		if n := t.mu.episodes[ep] - 1; n > 0 {
@@ -363,7 +368,7 @@ func (t *Table) deleteLocked(item *Item) {
 	for _, c := range item.Chunks {
 		c.Unref()
 	}
-	item.Chunks = nil
+	t.mu.items.release(slot)
 }
 
 // pumpLocked admits queued inserts and samples until neither queue's head
@@ -373,7 +378,7 @@ func (t *Table) pumpLocked() {
 		progressed := false
 		if w, ok := t.mu.inserts.peek(); ok && t.mu.limiter.CanInsert() {
 			t.mu.inserts.pop()
-			t.applyInsertLocked(w.item)
+			t.applyInsertLocked(&w.item)
 			close(w.done)
 			progressed = true
 		}
@@ -406,18 +411,19 @@ func (t *Table) MutatePriorities(updates []KeyPriority, deletes []uint64) error 
 		}
 	}
 	for _, k := range deletes {
-		if item, ok := t.mu.items[k]; ok {
-			t.deleteLocked(item)
+		if slot, ok := t.mu.keys[k]; ok {
+			t.deleteLocked(slot)
 		}
 	}
 	for _, u := range updates {
-		item, ok := t.mu.items[u.Key]
+		slot, ok := t.mu.keys[u.Key]
 		if !ok {
 			continue
 		}
+		item := t.mu.items.at(slot)
 		prev := item.Priority
 		item.Priority = u.Priority
-		t.updateSelectorsLocked(item.Key, item.Priority)
+		t.updateSelectorsLocked(slot, item.Priority)
 		for _, e := range t.exts {
 			e.OnUpdate(item, prev)
 		}
@@ -434,13 +440,13 @@ func (t *Table) Reset() error {
 	if t.mu.closed {
 		return ErrClosed
 	}
-	for _, item := range t.mu.items {
-		for _, c := range item.Chunks {
+	for _, slot := range t.mu.keys {
+		for _, c := range t.mu.items.at(slot).Chunks {
 			c.Unref()
 		}
-		item.Chunks = nil
 	}
-	clear(t.mu.items)
+	t.mu.keys = make(map[uint64]selector.Slot)
+	t.mu.items.reset()
 	t.mu.sampler.Clear()
 	t.mu.remover.Clear()
 	t.mu.limiter.Reset()
@@ -507,7 +513,7 @@ func (t *Table) Info() Info {
 		Inserts:            ins,
 		Samples:            smp,
 		Deletes:            del,
-		Size:               int64(len(t.mu.items)),
+		Size:               int64(len(t.mu.keys)),
 		NumEpisodes:        int64(len(t.mu.episodes)),
 		NumDeletedEpisodes: t.mu.numDeletedEpisodes,
 		NumUniqueSamples:   t.mu.numUniqueSamples,
@@ -520,5 +526,5 @@ func (t *Table) Info() Info {
 func (t *Table) Len() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return len(t.mu.items)
+	return len(t.mu.keys)
 }

@@ -55,7 +55,7 @@ var (
 
 // item makes an item with one fresh one-row chunk in episode ep. The
 // returned item holds the only reference to the chunk.
-func (f *fixture) item(key uint64, prio float64, ep uint64) *Item {
+func (f *fixture) item(key uint64, prio float64, ep uint64) Item {
 	f.nextCK++
 	c := f.store.Insert(&reverbpb.ChunkData{
 		ChunkKey:      f.nextCK,
@@ -66,7 +66,7 @@ func (f *fixture) item(key uint64, prio float64, ep uint64) *Item {
 		}}},
 		DataTensorsLen: 1,
 	})
-	return &Item{
+	return Item{
 		Key:      key,
 		Priority: prio,
 		Trajectory: &reverbpb.FlatTrajectory{Columns: []*reverbpb.FlatTrajectory_Column{{
@@ -409,7 +409,7 @@ func TestConcurrentInsertSample(t *testing.T) {
 	defer cancel()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	var items []*Item
+	var items []Item
 	for w := 0; w < writers; w++ {
 		mu.Lock()
 		for i := 0; i < perWriter; i++ {
