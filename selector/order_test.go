@@ -132,7 +132,7 @@ func TestHeapOrder(t *testing.T) {
 			ins(1, 1, 1), ins(2, 2, 1), upd(1, 2, 2), upd(2, 3, 1), upd(2, 2, 1),
 		}},
 		{"min/zero signs tie", true, []step{
-			ins(1, 0, 1), ins(2, -0.0, 1), upd(1, 0, 2),
+			ins(1, 0, 1), ins(2, math.Copysign(0, -1), 1), upd(1, 0, 2),
 		}},
 		{"min/reused slot goes behind equal priorities", true, []step{
 			ins(1, 2, 1), ins(2, 2, 1), del(1, 2), ins(1, 2, 2), del(2, 1), ins(2, 2, 1), del(1, 2),

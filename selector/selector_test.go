@@ -173,7 +173,7 @@ func TestClear(t *testing.T) {
 
 func TestCheckPriority(t *testing.T) {
 	nan, inf := math.NaN(), math.Inf(1)
-	values := []float64{nan, -1, inf, -inf, 0, 1, 1e300, -0.0}
+	values := []float64{nan, -1, inf, -inf, 0, 1, 1e300, math.Copysign(0, -1)}
 	// accepted(kind)[i] tells whether values[i] is accepted: every kind but
 	// Prioritized accepts every number.
 	accepted := func(kind string) []bool {

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/reverie-rl/reverie/api/reverbpb"
-		"github.com/reverie-rl/reverie/selector"
+	"github.com/reverie-rl/reverie/selector"
 	"github.com/reverie-rl/reverie/server"
 	"github.com/reverie-rl/reverie/server/servertest"
 )
@@ -14,7 +14,9 @@ import (
 // a built-in and reports its own spec.
 type newestFirst struct{ selector.Selector }
 
-func (newestFirst) Spec() selector.Spec { return selector.Spec{Kind: selector.KindCustom, Name: "newest"} }
+func (newestFirst) Spec() selector.Spec {
+	return selector.Spec{Kind: selector.KindCustom, Name: "newest"}
+}
 
 // recorder is a table extension that records the hooks it saw.
 type recorder struct {
@@ -26,7 +28,7 @@ type recorder struct {
 func (r *recorder) OnInsert(it *server.TableItem) { r.add("insert") }
 func (r *recorder) OnSample(it *server.TableItem) { r.add("sample") }
 func (r *recorder) OnDelete(it *server.TableItem) { r.add("delete") }
-func (r *recorder) OnReset()                { r.add("reset") }
+func (r *recorder) OnReset()                      { r.add("reset") }
 func (r *recorder) add(e string) {
 	r.mu.Lock()
 	r.events = append(r.events, e)

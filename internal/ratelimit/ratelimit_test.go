@@ -44,7 +44,6 @@ func insN(n int) step            { return step{op: "insert", admit: true, n: n} 
 func smp(admit bool) step        { return step{op: "sample", admit: admit} }
 func smpN(n int) step            { return step{op: "sample", admit: true, n: n} }
 func del() step                  { return step{op: "delete"} }
-func delN(n int) step            { return step{op: "delete", n: n} }
 func rst() step                  { return step{op: "reset"} }
 func restore(i, s, d int64) step { return step{op: "restore", ri: i, rs: s, rd: d} }
 func check(want snapshot) step   { return step{op: "check", want: want} }
