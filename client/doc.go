@@ -1,20 +1,34 @@
-// Package client is reverie's Go client for the Reverb wire protocol.
+// Package client is reverie's Go client for the Reverb wire protocol. It
+// talks to reverie and to Reverb's own server alike.
 //
-// It currently provides the data layer that every Reverb client needs:
+// Connect with [Dial], then:
 //
-//   - [Tensor], a dense n-dimensional array tagged with a TensorFlow
-//     [DType], with constructors from and accessors to Go slices and the
-//     row helpers [Stack], [Concat], [Slice], [Row] and [Squeeze0];
-//   - [EncodeTensor] and [DecodeTensor], which convert between a [Tensor]
-//     and the tensorflow.TensorProto form that Reverb clients put into
-//     chunks (raw Snappy block compression, optional delta encoding of
-//     integer tensors, TensorFlow's string-list layout for DT_STRING);
-//   - [EncodeChunk] and [DecodeChunk], which build and read the
-//     deepmind.reverb.ChunkData messages that the server stores and returns
-//     verbatim.
+//   - write trajectories with a [TrajectoryWriter] ([Client.NewTrajectoryWriter]):
+//     Append steps, reference recent steps through [TrajectoryWriter.History],
+//     and CreateItem over them; Flush and EndEpisode wait for the server's
+//     confirmations. The number of unconfirmed items is bounded, so a slow
+//     server blocks the writer instead of growing its memory, and after a
+//     reconnect unconfirmed items are re-sent with the same keys;
+//   - read samples with a [Sampler] ([Client.NewSampler]) as a Go iterator
+//     of decoded samples ([Sampler.Samples]) or of stacked batches
+//     ([Sampler.Batches]);
+//   - call [Client.ServerInfo], [Client.Insert], [Client.MutatePriorities],
+//     [Client.Reset] and [Client.Checkpoint].
 //
-// The encoding follows Reverb's C++ client (reverb/cc/tensor_compression.cc,
-// chunker.cc and writer.cc), so chunks written here can be read by Reverb's
-// Python/C++ datasets and samplers and vice versa. The writer, sampler and
-// connection pool built on top of this layer are not part of the package yet.
+// Underneath, [Tensor] is a dense n-dimensional array tagged with a
+// TensorFlow [DType], and [EncodeChunk] and [DecodeChunk] build and read
+// the chunks the server stores, bit-exact with Reverb's C++ client (raw
+// Snappy block compression, optional delta encoding of integer tensors,
+// TensorFlow's string-list layout for strings).
+//
+// # Errors
+//
+// Every blocking call takes a context and returns its error (context.Canceled
+// or context.DeadlineExceeded) when it ends first. Other failures wrap one
+// of the package's sentinel errors, to be tested with errors.Is:
+// [ErrTableNotFound], [ErrInvalidArgument], [ErrFailedPrecondition],
+// [ErrRateLimiterTimeout], [ErrUnavailable], [ErrClosed] and [ErrServer].
+// The wrapping [*Error] also carries the gRPC code and the server's message.
+//
+// A Client, and each writer and sampler, is safe for concurrent use.
 package client

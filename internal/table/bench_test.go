@@ -15,8 +15,8 @@ import (
 
 var benchSizes = flag.String("table.sizes", "1000,100000,10000000", "table sizes for BenchmarkTable")
 
-// BenchmarkTable measures a full table of each selector kind (as both
-// sampler and remover): Insert of a new key (which also evicts one item),
+// BenchmarkTable measures a full table of each selector kind as the
+// sampler (the remover is FIFO, or the same kind with -table.remover same): Insert of a new key (which also evicts one item),
 // Sample of one item, and Sample of a 64-item batch. Items share one chunk
 // so that 1e7 of them fit in memory; the per-item work is the same.
 //
@@ -37,52 +37,66 @@ func BenchmarkTable(b *testing.B) {
 	traj := &reverbpb.FlatTrajectory{Columns: []*reverbpb.FlatTrajectory_Column{{
 		ChunkSlices: []*reverbpb.FlatTrajectory_ChunkSlice{{ChunkKey: 1, Length: 1}},
 	}}}
-	ctx := context.Background()
 	for _, spec := range kinds {
 		for _, n := range sizes {
-			s, _ := selector.New(spec, 1)
-			r, _ := selector.New(spec, 2)
-			t, err := New(Config{Name: "bench", Sampler: s, Remover: r, MaxSize: int64(n), RateLimiter: ratelimit.MinSize(1)})
-			if err != nil {
-				b.Fatal(err)
-			}
-			key := uint64(0)
-			insert := func() {
-				key++
-				c.Ref()
-				// Priorities cycle so that heaps and the sum tree do real work.
-				it := Item{Key: key, Priority: float64(key%1000) + 1, Trajectory: traj, Chunks: []*chunkstore.Chunk{c}}
-				if err := t.Insert(ctx, it); err != nil {
-					b.Fatal(err)
-				}
-			}
-			for i := 0; i < n; i++ {
-				insert()
-			}
-			name := fmt.Sprintf("%v/n=%s", spec.Kind, sizeName(n))
-			b.Run(name+"/insert", func(b *testing.B) {
-				for b.Loop() {
-					insert()
-				}
+			b.Run(fmt.Sprintf("%v/n=%s", spec.Kind, sizeName(n)), func(b *testing.B) {
+				benchFullTable(b, spec, *benchRemover, n, store, c, traj)
 			})
-			b.Run(name+"/sample", func(b *testing.B) {
-				for b.Loop() {
-					if _, err := t.Sample(ctx, 1, 0); err != nil {
-						b.Fatal(err)
-					}
-				}
-			})
-			b.Run(name+"/sample64", func(b *testing.B) {
-				for b.Loop() {
-					out, err := t.Sample(ctx, 64, 0)
-					if err != nil || len(out) != 64 {
-						b.Fatal(err, len(out))
-					}
-				}
-			})
-			t.Reset()
 		}
 	}
+}
+
+var benchRemover = flag.String("table.remover", "fifo", "remover of BenchmarkTable's tables: fifo, or same (the sampler's kind)")
+
+// benchFullTable fills a table of n items, then runs the insert, sample and
+// 64-sample batch sub-benchmarks on it. The parent benchmark runs once, so
+// the table is filled once.
+func benchFullTable(b *testing.B, spec selector.Spec, remover string, n int, store *chunkstore.Store, c *chunkstore.Chunk, traj *reverbpb.FlatTrajectory) {
+	rspec := selector.Spec{Kind: selector.KindFIFO}
+	if remover == "same" {
+		rspec = spec
+	}
+	s, _ := selector.New(spec, 1)
+	r, _ := selector.New(rspec, 2)
+	t, err := New(Config{Name: "bench", Sampler: s, Remover: r, MaxSize: int64(n), RateLimiter: ratelimit.MinSize(1)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer t.Reset()
+	ctx := context.Background()
+	key := uint64(0)
+	insert := func() {
+		key++
+		c.Ref()
+		// Priorities cycle so that heaps and the sum tree do real work.
+		it := Item{Key: key, Priority: float64(key%1000) + 1, Trajectory: traj, Chunks: []*chunkstore.Chunk{c}}
+		if err := t.Insert(ctx, it); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := 0; i < n; i++ {
+		insert()
+	}
+	b.Run("insert", func(b *testing.B) {
+		for b.Loop() {
+			insert()
+		}
+	})
+	b.Run("sample", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := t.Sample(ctx, 1, 0); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("sample64", func(b *testing.B) {
+		for b.Loop() {
+			out, err := t.Sample(ctx, 64, 0)
+			if err != nil || len(out) != 64 {
+				b.Fatal(err, len(out))
+			}
+		}
+	})
 }
 
 func sizeName(n int) string {

@@ -82,7 +82,7 @@ type Table struct {
 	mu struct {
 		sync.Mutex
 		closed             bool
-		keys               map[uint64]selector.Slot // item key -> slot in items
+		keys               *keyIndex // item key -> slot in items
 		items              slab
 		sampler            selector.Selector
 		remover            selector.Selector
@@ -131,7 +131,7 @@ func New(cfg Config) (*Table, error) {
 	if t.now == nil {
 		t.now = func() int64 { return time.Now().UnixNano() }
 	}
-	t.mu.keys = make(map[uint64]selector.Slot)
+	t.mu.keys = newKeyIndex(randSeed())
 	t.mu.sampler = cfg.Sampler
 	t.mu.remover = cfg.Remover
 	t.mu.limiter = ratelimit.New(cfg.RateLimiter)
@@ -266,9 +266,9 @@ func (t *Table) Sample(ctx context.Context, n int, timeout time.Duration) ([]Sam
 // limiter admits them.
 func (t *Table) sampleLocked(out []Sampled, n int, rateLimited bool) []Sampled {
 	if out == nil {
-		out = make([]Sampled, 0, min(n, len(t.mu.keys)))
+		out = make([]Sampled, 0, min(n, t.mu.keys.len()))
 	}
-	for len(out) < n && len(t.mu.keys) > 0 && t.mu.limiter.CanSample() {
+	for len(out) < n && t.mu.keys.len() > 0 && t.mu.limiter.CanSample() {
 		choice, err := t.mu.sampler.Sample()
 		if err != nil {
 			break
@@ -282,7 +282,7 @@ func (t *Table) sampleLocked(out []Sampled, n int, rateLimited bool) []Sampled {
 		out = append(out, Sampled{
 			Item:        *item,
 			Probability: choice.Probability,
-			TableSize:   int64(len(t.mu.keys)),
+			TableSize:   int64(t.mu.keys.len()),
 			RateLimited: rateLimited,
 		})
 		for _, e := range t.exts {
@@ -297,7 +297,7 @@ func (t *Table) sampleLocked(out []Sampled, n int, rateLimited bool) []Sampled {
 
 // applyInsertLocked puts item in the table. The rate limiter has admitted it.
 func (t *Table) applyInsertLocked(item *Item) {
-	if slot, ok := t.mu.keys[item.Key]; ok {
+	if slot, ok := t.mu.keys.get(item.Key); ok {
 		old := t.mu.items.at(slot)
 		prev := old.Priority
 		old.Priority = item.Priority
@@ -314,7 +314,7 @@ func (t *Table) applyInsertLocked(item *Item) {
 	*it = *item
 	it.InsertedAt = t.now()
 	it.TimesSampled = 0
-	t.mu.keys[it.Key] = slot
+	t.mu.keys.put(it.Key, slot)
 	// Priorities were checked before the item was queued and slots are new,
 	// so neither selector can refuse.
 	if err := t.mu.sampler.Insert(slot, it.Priority); err != nil {
@@ -330,7 +330,7 @@ func (t *Table) applyInsertLocked(item *Item) {
 	for _, e := range t.exts {
 		e.OnInsert(it)
 	}
-	if int64(len(t.mu.keys)) > t.maxSize {
+	if int64(t.mu.keys.len()) > t.maxSize {
 		if victim, err := t.mu.remover.Sample(); err == nil {
 			t.deleteLocked(victim.Slot)
 		}
@@ -349,7 +349,7 @@ func (t *Table) updateSelectorsLocked(slot selector.Slot, priority float64) {
 // deleteLocked removes the item in slot and drops its chunk references.
 func (t *Table) deleteLocked(slot selector.Slot) {
 	item := t.mu.items.at(slot)
-	delete(t.mu.keys, item.Key)
+	t.mu.keys.delete(item.Key)
 	_ = t.mu.sampler.Delete(slot)
 	_ = t.mu.remover.Delete(slot)
 	for _, c := range item.Chunks {
@@ -411,12 +411,12 @@ func (t *Table) MutatePriorities(updates []KeyPriority, deletes []uint64) error 
 		}
 	}
 	for _, k := range deletes {
-		if slot, ok := t.mu.keys[k]; ok {
+		if slot, ok := t.mu.keys.get(k); ok {
 			t.deleteLocked(slot)
 		}
 	}
 	for _, u := range updates {
-		slot, ok := t.mu.keys[u.Key]
+		slot, ok := t.mu.keys.get(u.Key)
 		if !ok {
 			continue
 		}
@@ -440,12 +440,12 @@ func (t *Table) Reset() error {
 	if t.mu.closed {
 		return ErrClosed
 	}
-	for _, slot := range t.mu.keys {
+	t.mu.keys.all(func(_ uint64, slot selector.Slot) {
 		for _, c := range t.mu.items.at(slot).Chunks {
 			c.Unref()
 		}
-	}
-	t.mu.keys = make(map[uint64]selector.Slot)
+	})
+	t.mu.keys.reset()
 	t.mu.items.reset()
 	t.mu.sampler.Clear()
 	t.mu.remover.Clear()
@@ -513,7 +513,7 @@ func (t *Table) Info() Info {
 		Inserts:            ins,
 		Samples:            smp,
 		Deletes:            del,
-		Size:               int64(len(t.mu.keys)),
+		Size:               int64(t.mu.keys.len()),
 		NumEpisodes:        int64(len(t.mu.episodes)),
 		NumDeletedEpisodes: t.mu.numDeletedEpisodes,
 		NumUniqueSamples:   t.mu.numUniqueSamples,
@@ -526,5 +526,5 @@ func (t *Table) Info() Info {
 func (t *Table) Len() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return len(t.mu.keys)
+	return t.mu.keys.len()
 }

@@ -1,0 +1,227 @@
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/reverie-rl/reverie/api/reverbpb"
+	"github.com/reverie-rl/reverie/api/tensorflowpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// Client is a connection to one Reverb-compatible server: reverie or
+// Reverb itself. It is safe for concurrent use.
+type Client struct {
+	addr string
+	conn *grpc.ClientConn
+	rpc  reverbpb.ReverbServiceClient
+}
+
+type options struct {
+	dialOpts []grpc.DialOption
+}
+
+// Option configures Dial.
+type Option func(*options)
+
+// WithDialOptions adds gRPC dial options, for example transport
+// credentials. By default the connection is plaintext with unlimited
+// message sizes, as Reverb's.
+func WithDialOptions(opts ...grpc.DialOption) Option {
+	return func(o *options) { o.dialOpts = append(o.dialOpts, opts...) }
+}
+
+// Dial connects to addr ("host:port", "dns:///name:port" or
+// "unix:///path") and waits until the connection is ready or ctx ends.
+func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	dialOpts := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32), grpc.MaxCallSendMsgSize(math.MaxInt32)),
+		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig": [{"round_robin":{}}]}`),
+	}, o.dialOpts...)
+	conn, err := grpc.NewClient(addr, dialOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrInvalidArgument, addr, err)
+	}
+	conn.Connect()
+	for {
+		s := conn.GetState()
+		if s == connectivity.Ready {
+			break
+		}
+		if !conn.WaitForStateChange(ctx, s) {
+			conn.Close()
+			return nil, fmt.Errorf("%w: %s: %v (last state %v)", ErrUnavailable, addr, ctx.Err(), s)
+		}
+	}
+	return &Client{addr: addr, conn: conn, rpc: reverbpb.NewReverbServiceClient(conn)}, nil
+}
+
+// Addr is the address the client dialled.
+func (c *Client) Addr() string { return c.addr }
+
+// Close closes the connection. Writers and samplers made from the client
+// fail afterwards.
+func (c *Client) Close() error { return c.conn.Close() }
+
+// TableInfo describes one table, as ServerInfo reports it.
+type TableInfo struct {
+	Name            string
+	MaxSize         int64
+	MaxTimesSampled int32
+	CurrentSize     int64
+	// Sampler and Remover are the server's selector descriptions.
+	Sampler, Remover *reverbpb.KeyDistributionOptions
+	RateLimiter      *reverbpb.RateLimiterInfo
+	// Signature is nil when the table has none.
+	Signature          *tensorflowpb.StructuredValue
+	NumEpisodes        int64
+	NumDeletedEpisodes int64
+	NumUniqueSamples   int64
+	// Inserts and Samples count completed calls since the last reset.
+	Inserts, Samples int64
+}
+
+// ServerInfo returns every table the server holds, by name.
+func (c *Client) ServerInfo(ctx context.Context) (map[string]TableInfo, error) {
+	resp, err := c.rpc.ServerInfo(ctx, &reverbpb.ServerInfoRequest{}, grpc.WaitForReady(true))
+	if err != nil {
+		return nil, fromRPC(ctx, err)
+	}
+	out := make(map[string]TableInfo, len(resp.GetTableInfo()))
+	for _, ti := range resp.GetTableInfo() {
+		out[ti.GetName()] = TableInfo{
+			Name:               ti.GetName(),
+			MaxSize:            ti.GetMaxSize(),
+			MaxTimesSampled:    ti.GetMaxTimesSampled(),
+			CurrentSize:        ti.GetCurrentSize(),
+			Sampler:            ti.GetSamplerOptions(),
+			Remover:            ti.GetRemoverOptions(),
+			RateLimiter:        ti.GetRateLimiterInfo(),
+			Signature:          ti.Signature,
+			NumEpisodes:        ti.GetNumEpisodes(),
+			NumDeletedEpisodes: ti.GetNumDeletedEpisodes(),
+			NumUniqueSamples:   ti.GetNumUniqueSamples(),
+			Inserts:            ti.GetRateLimiterInfo().GetInsertStats().GetCompleted(),
+			Samples:            ti.GetRateLimiterInfo().GetSampleStats().GetCompleted(),
+		}
+	}
+	return out, nil
+}
+
+// MutatePriorities deletes the items with keys in deletes and then sets the
+// priorities in updates (key -> priority), in one table.
+func (c *Client) MutatePriorities(ctx context.Context, table string, updates map[uint64]float64, deletes []uint64) error {
+	req := &reverbpb.MutatePrioritiesRequest{Table: table, DeleteKeys: deletes}
+	for k, p := range updates {
+		req.Updates = append(req.Updates, &reverbpb.KeyWithPriority{Key: k, Priority: p})
+	}
+	_, err := c.rpc.MutatePriorities(ctx, req, grpc.WaitForReady(true))
+	return fromRPC(ctx, err)
+}
+
+// Reset removes every item of a table and zeroes its counters.
+func (c *Client) Reset(ctx context.Context, table string) error {
+	_, err := c.rpc.Reset(ctx, &reverbpb.ResetRequest{Table: table}, grpc.WaitForReady(true))
+	return fromRPC(ctx, err)
+}
+
+// Checkpoint asks the server to write a checkpoint and returns its path.
+func (c *Client) Checkpoint(ctx context.Context) (string, error) {
+	resp, err := c.rpc.Checkpoint(ctx, &reverbpb.CheckpointRequest{})
+	if err != nil {
+		return "", fromRPC(ctx, err)
+	}
+	return resp.GetCheckpointPath(), nil
+}
+
+// Insert writes one item made of one step: each tensor in step becomes a
+// column of one row, in one chunk, and the item goes into every table named
+// in priorities with that priority. It returns once the server confirmed
+// every insert. It opens a stream per call; use a TrajectoryWriter for
+// throughput.
+func (c *Client) Insert(ctx context.Context, step []Tensor, priorities map[string]float64) error {
+	if len(step) == 0 {
+		return fmt.Errorf("%w: Insert: empty step", ErrInvalidArgument)
+	}
+	if len(priorities) == 0 {
+		return fmt.Errorf("%w: Insert: no table priorities", ErrInvalidArgument)
+	}
+	cols := make([]Tensor, len(step))
+	for i, t := range step {
+		s, err := Stack([]Tensor{t})
+		if err != nil {
+			return fmt.Errorf("%w: Insert: column %d: %v", ErrInvalidArgument, i, err)
+		}
+		cols[i] = s
+	}
+	chunkKey := NewKey()
+	chunk, err := EncodeChunk(chunkKey, &reverbpb.SequenceRange{EpisodeId: NewKey()}, cols, false)
+	if err != nil {
+		return fmt.Errorf("%w: Insert: %v", ErrInvalidArgument, err)
+	}
+	traj := &reverbpb.FlatTrajectory{}
+	for i := range cols {
+		traj.Columns = append(traj.Columns, &reverbpb.FlatTrajectory_Column{
+			ChunkSlices: []*reverbpb.FlatTrajectory_ChunkSlice{{ChunkKey: chunkKey, Length: 1, Index: int32(i)}},
+			Squeeze:     true,
+		})
+	}
+	req := &reverbpb.InsertStreamRequest{Chunks: []*reverbpb.ChunkData{chunk}}
+	for table, p := range priorities {
+		req.Items = append(req.Items, &reverbpb.PrioritizedItem{Key: NewKey(), Table: table, Priority: p, FlatTrajectory: traj})
+	}
+	stream, err := c.rpc.InsertStream(ctx)
+	if err != nil {
+		return fromRPC(ctx, err)
+	}
+	if err := stream.Send(req); err != nil {
+		_, err = stream.Recv()
+		return fromRPC(ctx, err)
+	}
+	if err := stream.CloseSend(); err != nil {
+		return fromRPC(ctx, err)
+	}
+	confirmed := 0
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			if confirmed == len(req.Items) && isEOF(err) {
+				return nil
+			}
+			if isEOF(err) {
+				return fmt.Errorf("%w: Insert: server confirmed %d of %d items", ErrServer, confirmed, len(req.Items))
+			}
+			return fromRPC(ctx, err)
+		}
+		confirmed += len(resp.GetKeys())
+	}
+}
+
+// NewKey returns a random uint64 key, as Reverb's clients use for items,
+// chunks and episodes.
+func NewKey() uint64 {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand does not fail on supported platforms
+	}
+	return binary.LittleEndian.Uint64(b[:])
+}
+
+// timeoutProto converts a sampler timeout: negative waits forever.
+func timeoutProto(d time.Duration) *reverbpb.Timeout {
+	if d < 0 {
+		return &reverbpb.Timeout{Milliseconds: -1}
+	}
+	return &reverbpb.Timeout{Milliseconds: d.Milliseconds()}
+}

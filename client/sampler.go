@@ -1,0 +1,655 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"log/slog"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/reverie-rl/reverie/api/reverbpb"
+	"google.golang.org/grpc/connectivity"
+)
+
+// Sampler defaults, as in Reverb's Sampler::Options.
+const (
+	// DefaultMaxInFlightSamplesPerWorker is the number of samples a worker
+	// asks for in one SampleStreamRequest when
+	// SamplerOptions.MaxInFlightSamplesPerWorker is zero.
+	DefaultMaxInFlightSamplesPerWorker = 100
+	// DefaultMaxSamplesPerStream is the number of samples after which a
+	// worker abandons its stream and opens a new one, when
+	// SamplerOptions.MaxSamplesPerStream is zero.
+	DefaultMaxSamplesPerStream = 10_000
+	// WaitForever, as SamplerOptions.RateLimiterTimeout, lets samples wait
+	// for the rate limiter without limit. The zero value means the same.
+	WaitForever time.Duration = -1
+)
+
+// Backoff between attempts to reopen a sample stream after a transient
+// failure (UNAVAILABLE or CANCELLED).
+const (
+	minRetryBackoff = time.Millisecond
+	maxRetryBackoff = time.Second
+)
+
+// ErrMalformedSample is wrapped by the error a Sampler returns when a
+// sample cannot be decoded: missing info or chunks, a chunk that does not
+// decode, or chunk slices that do not fit the chunk's tensors. Such data was
+// written by a faulty writer or corrupted; the sampler stops.
+var ErrMalformedSample = errors.New("client: malformed sample")
+
+// SamplerOptions configures a Sampler.
+type SamplerOptions struct {
+	// Table to sample from; required.
+	Table string
+	// NumWorkers is the number of sample streams run in parallel. Zero means
+	// 1. When MaxSamples is set, no more workers are started than are needed
+	// to have all of MaxSamples in flight at once
+	// (ceil(MaxSamples / MaxInFlightSamplesPerWorker)).
+	NumWorkers int
+	// MaxInFlightSamplesPerWorker is the most samples a worker requests in
+	// one SampleStreamRequest, and so the most it holds at a time. Zero means
+	// DefaultMaxInFlightSamplesPerWorker (100). The sampler buffers up to
+	// NumWorkers × MaxInFlightSamplesPerWorker decoded samples.
+	MaxInFlightSamplesPerWorker int
+	// RateLimiterTimeout bounds how long the server may wait for the table's
+	// rate limiter before the first sample of a request (that is, while the
+	// table is empty or sampling too fast). Zero or negative (WaitForever)
+	// waits without limit. A positive value is rounded up to whole
+	// milliseconds. When it expires, iteration ends with an error wrapping
+	// ErrRateLimiterTimeout; like Reverb's datasets, which turn this into
+	// end-of-sequence, callers can treat it as "no more data for now" and
+	// make a new Sampler later.
+	RateLimiterTimeout time.Duration
+	// MaxSamples is the total number of samples the sampler returns; zero
+	// means unlimited. The sampler never requests more than this from the
+	// server, across all workers and stream reopenings, so the table sees
+	// exactly MaxSamples samples once they have all been returned.
+	MaxSamples int64
+	// MaxSamplesPerStream is the number of samples after which a worker
+	// cancels its stream and opens a new one, which spreads load when the
+	// server is behind a load balancer. Zero means DefaultMaxSamplesPerStream
+	// (10,000).
+	MaxSamplesPerStream int
+	// Logger receives warnings about reopened streams. Nil means
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// SampleInfo describes one sampled item, as the server reported it at the
+// time of sampling.
+type SampleInfo struct {
+	// Key is the item's key.
+	Key uint64
+	// Table is the table the item was sampled from.
+	Table string
+	// Priority is the item's priority when it was sampled.
+	Priority float64
+	// Probability is the probability with which the table's sampler picked
+	// the item (1 for deterministic selectors such as FIFO).
+	Probability float64
+	// TableSize is the number of items in the table when it was sampled.
+	TableSize int64
+	// TimesSampled counts the item's samples including this one.
+	TimesSampled int32
+	// RateLimited is true when the sample had to wait for the rate limiter.
+	RateLimited bool
+	// InsertedAt is when the server first inserted the item; zero if the
+	// server did not say.
+	InsertedAt time.Time
+}
+
+// Sample is one sampled item: its info and its decoded columns, in the
+// order of the item's trajectory columns. A column is the concatenation of
+// the chunk rows the item references, shape [T, ...]; columns marked
+// squeeze (single-row columns, as Client.Insert writes) have the leading
+// axis removed.
+type Sample struct {
+	Info    SampleInfo
+	Columns []Tensor
+}
+
+// Batch is n samples with their columns stacked: Columns[i] has shape
+// [n, ...] where ... is column i's shape in every sample.
+type Batch struct {
+	Infos   []SampleInfo
+	Columns []Tensor
+}
+
+// Sampler streams samples of one table from the server over
+// NumWorkers SampleStreams, decodes them and buffers them for the caller.
+// Workers start when the Sampler is made; Close stops them. Samples already
+// taken from the table but not yet returned are lost when the Sampler is
+// closed, as in Reverb.
+//
+// Workers exit by themselves after MaxSamples samples or a terminal error;
+// call Close in any case. A Sampler is safe for concurrent use; each sample
+// is returned once.
+//
+// Differences from Reverb's Sampler: the MaxSamples budget is reserved per
+// request rather than per stream, so several workers share a small budget
+// without over-sampling; and a rate limiter timeout always ends iteration
+// (Reverb silently reopens the stream when no caller is waiting).
+type Sampler struct {
+	c   *Client
+	log *slog.Logger
+
+	table       string
+	inFlight    int64
+	perStream   int64
+	maxSamples  int64 // math.MaxInt64 when unlimited
+	timeout     *reverbpb.Timeout
+	workerCount int
+
+	ctx    context.Context // workers' context; cancelled by Close or a terminal error
+	cancel context.CancelFunc
+	out    chan Sample   // decoded samples; closed when every worker has exited
+	exited chan struct{} // closed after out is closed
+	wg     sync.WaitGroup
+
+	mu        sync.Mutex
+	requested int64         // samples requested from the server or delivered
+	delivered int64         // samples pushed to out
+	budget    chan struct{} // closed and replaced when requested drops
+	err       error         // first terminal error
+	closed    bool
+	closeOnce sync.Once
+}
+
+// NewSampler starts a sampler of opts.Table. It fails with
+// ErrInvalidArgument for a missing table name or negative options; an
+// unknown table is reported by the first Next.
+func (c *Client) NewSampler(opts SamplerOptions) (*Sampler, error) {
+	switch {
+	case opts.Table == "":
+		return nil, fmt.Errorf("%w: NewSampler: no table", ErrInvalidArgument)
+	case opts.NumWorkers < 0:
+		return nil, fmt.Errorf("%w: NewSampler: NumWorkers %d < 0", ErrInvalidArgument, opts.NumWorkers)
+	case opts.MaxInFlightSamplesPerWorker < 0:
+		return nil, fmt.Errorf("%w: NewSampler: MaxInFlightSamplesPerWorker %d < 0", ErrInvalidArgument, opts.MaxInFlightSamplesPerWorker)
+	case opts.MaxSamples < 0:
+		return nil, fmt.Errorf("%w: NewSampler: MaxSamples %d < 0", ErrInvalidArgument, opts.MaxSamples)
+	case opts.MaxSamplesPerStream < 0:
+		return nil, fmt.Errorf("%w: NewSampler: MaxSamplesPerStream %d < 0", ErrInvalidArgument, opts.MaxSamplesPerStream)
+	}
+	s := &Sampler{
+		c:          c,
+		log:        opts.Logger,
+		table:      opts.Table,
+		inFlight:   int64(opts.MaxInFlightSamplesPerWorker),
+		perStream:  int64(opts.MaxSamplesPerStream),
+		maxSamples: opts.MaxSamples,
+		budget:     make(chan struct{}),
+		exited:     make(chan struct{}),
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.inFlight == 0 {
+		s.inFlight = DefaultMaxInFlightSamplesPerWorker
+	}
+	if s.perStream == 0 {
+		s.perStream = DefaultMaxSamplesPerStream
+	}
+	if s.maxSamples == 0 {
+		s.maxSamples = math.MaxInt64
+	}
+	s.workerCount = max(opts.NumWorkers, 1)
+	if opts.MaxSamples > 0 {
+		needed := (opts.MaxSamples + s.inFlight - 1) / s.inFlight
+		s.workerCount = int(min(int64(s.workerCount), needed))
+	}
+	if d := opts.RateLimiterTimeout; d <= 0 {
+		s.timeout = timeoutProto(-1)
+	} else {
+		ms := (d + time.Millisecond - 1) / time.Millisecond
+		s.timeout = timeoutProto(ms * time.Millisecond)
+	}
+	s.out = make(chan Sample, int64(s.workerCount)*s.inFlight)
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.wg.Add(s.workerCount)
+	for i := range s.workerCount {
+		go s.runWorker(i)
+	}
+	go func() {
+		s.wg.Wait()
+		close(s.out)
+		close(s.exited)
+	}()
+	return s, nil
+}
+
+// Next returns the next sample. It blocks until one is available or ctx
+// ends. After MaxSamples samples it returns io.EOF. A terminal failure is
+// returned once the samples received before it have been returned: it
+// wraps ErrRateLimiterTimeout when the rate limiter timed out,
+// ErrTableNotFound for an unknown table, ErrMalformedSample for data that
+// does not decode, or another of the package's errors. After Close it
+// returns ErrClosed. The error is sticky: later calls return it again.
+func (s *Sampler) Next(ctx context.Context) (Sample, error) {
+	if s.isClosed() {
+		return Sample{}, fmt.Errorf("%w: sampler", ErrClosed)
+	}
+	select {
+	case smp, ok := <-s.out:
+		if ok {
+			return smp, nil
+		}
+		return Sample{}, s.endErr()
+	case <-ctx.Done():
+		return Sample{}, ctx.Err()
+	}
+}
+
+// Samples returns an iterator over samples. It stops without error after
+// MaxSamples samples, and otherwise ends by yielding one error (see Next),
+// such as ctx's error when ctx ends. Breaking out of the loop leaves the
+// Sampler usable.
+func (s *Sampler) Samples(ctx context.Context) iter.Seq2[Sample, error] {
+	return func(yield func(Sample, error) bool) {
+		for {
+			smp, err := s.Next(ctx)
+			if errors.Is(err, io.EOF) {
+				return
+			}
+			if err != nil {
+				yield(Sample{}, err)
+				return
+			}
+			if !yield(smp, nil) {
+				return
+			}
+		}
+	}
+}
+
+// Batches returns an iterator over batches of n samples whose columns are
+// stacked along a new leading axis (see Batch). Every sample of a batch must
+// have the same number of columns with the same dtypes and shapes;
+// otherwise the iterator yields an error wrapping ErrInvalidArgument and
+// stops. When the samples run out (MaxSamples reached, a terminal error
+// such as a rate limiter timeout, or ctx ending), the samples gathered so
+// far are yielded as a final, smaller batch, followed by the error if there
+// is one. n must be positive.
+func (s *Sampler) Batches(ctx context.Context, n int) iter.Seq2[Batch, error] {
+	return func(yield func(Batch, error) bool) {
+		if n <= 0 {
+			yield(Batch{}, fmt.Errorf("%w: Batches: batch size %d <= 0", ErrInvalidArgument, n))
+			return
+		}
+		for {
+			samples := make([]Sample, 0, n)
+			var err error
+			for len(samples) < n {
+				var smp Sample
+				if smp, err = s.Next(ctx); err != nil {
+					break
+				}
+				samples = append(samples, smp)
+			}
+			if len(samples) > 0 {
+				b, berr := stackSamples(samples)
+				if berr != nil {
+					yield(Batch{}, berr)
+					return
+				}
+				if !yield(b, nil) {
+					return
+				}
+			}
+			if errors.Is(err, io.EOF) {
+				return
+			}
+			if err != nil {
+				yield(Batch{}, err)
+				return
+			}
+		}
+	}
+}
+
+// stackSamples stacks the columns of samples into one Batch.
+func stackSamples(samples []Sample) (Batch, error) {
+	b := Batch{Infos: make([]SampleInfo, len(samples))}
+	ncols := len(samples[0].Columns)
+	for i, smp := range samples {
+		b.Infos[i] = smp.Info
+		if len(smp.Columns) != ncols {
+			return Batch{}, fmt.Errorf("%w: Batches: sample %d (key %d) has %d columns, sample 0 has %d",
+				ErrInvalidArgument, i, smp.Info.Key, len(smp.Columns), ncols)
+		}
+	}
+	b.Columns = make([]Tensor, ncols)
+	col := make([]Tensor, len(samples))
+	for c := range ncols {
+		for i, smp := range samples {
+			col[i] = smp.Columns[c]
+		}
+		t, err := Stack(col)
+		if err != nil {
+			return Batch{}, fmt.Errorf("%w: Batches: column %d: %v", ErrInvalidArgument, c, err)
+		}
+		b.Columns[c] = t
+	}
+	return b, nil
+}
+
+// Close stops the workers and waits for them to exit. Buffered samples are
+// dropped. Close is idempotent and always returns nil.
+func (s *Sampler) Close() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		s.mu.Unlock()
+		s.cancel()
+	})
+	<-s.exited
+	return nil
+}
+
+func (s *Sampler) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// endErr is what Next returns once every worker has exited and the
+// buffered samples are gone.
+func (s *Sampler) endErr() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.err != nil:
+		return s.err
+	case s.closed:
+		return fmt.Errorf("%w: sampler", ErrClosed)
+	default:
+		return io.EOF
+	}
+}
+
+// fail records the first terminal error and stops every worker.
+func (s *Sampler) fail(err error) {
+	s.mu.Lock()
+	if s.err == nil && !s.closed {
+		s.err = err
+	}
+	s.mu.Unlock()
+	s.cancel()
+}
+
+// reserve takes up to want samples of the MaxSamples budget for one
+// request. When the budget is spent but other workers still have samples
+// in flight, it waits: a failed stream gives its unfilled samples back. It
+// returns 0 when the sampler is stopping or every sample was delivered.
+func (s *Sampler) reserve(want int64) int64 {
+	for {
+		s.mu.Lock()
+		if s.ctx.Err() != nil || s.delivered >= s.maxSamples {
+			s.mu.Unlock()
+			return 0
+		}
+		if n := min(want, s.maxSamples-s.requested); n > 0 {
+			s.requested += n
+			s.mu.Unlock()
+			return n
+		}
+		wait := s.budget
+		s.mu.Unlock()
+		select {
+		case <-wait:
+		case <-s.ctx.Done():
+			return 0
+		}
+	}
+}
+
+// release gives back n reserved samples that will not be delivered.
+func (s *Sampler) release(n int64) {
+	if n <= 0 {
+		return
+	}
+	s.mu.Lock()
+	s.requested -= n
+	close(s.budget)
+	s.budget = make(chan struct{})
+	s.mu.Unlock()
+}
+
+// deliver pushes a decoded sample to the caller, waiting for room.
+func (s *Sampler) deliver(smp Sample) bool {
+	select {
+	case s.out <- smp:
+	case <-s.ctx.Done():
+		return false
+	}
+	s.mu.Lock()
+	s.delivered++
+	done := s.delivered >= s.maxSamples
+	if done {
+		// Wake workers waiting for budget so that they exit.
+		close(s.budget)
+		s.budget = make(chan struct{})
+	}
+	s.mu.Unlock()
+	return true
+}
+
+// runWorker runs streams one after the other until the budget is spent,
+// the sampler stops, or a stream fails with a terminal error. Transient
+// failures reopen the stream after an exponential backoff.
+func (s *Sampler) runWorker(id int) {
+	defer s.wg.Done()
+	backoff := minRetryBackoff
+	for {
+		delivered, err := s.stream()
+		if s.ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			if delivered == 0 {
+				return // budget spent
+			}
+			backoff = minRetryBackoff
+			continue
+		}
+		if !retryable(err) {
+			s.fail(err)
+			return
+		}
+		if s.c.conn.GetState() == connectivity.Shutdown {
+			s.fail(fmt.Errorf("%w: sampler: client connection closed: %v", ErrClosed, err))
+			return
+		}
+		if delivered > 0 {
+			backoff = minRetryBackoff
+		}
+		s.log.Warn("reverie sampler: sample stream failed; reopening",
+			"table", s.table, "worker", id, "backoff", backoff, "err", err)
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-s.ctx.Done():
+			t.Stop()
+			return
+		}
+		backoff = min(2*backoff, maxRetryBackoff)
+	}
+}
+
+// stream opens one SampleStream and requests samples on it, one request at
+// a time, until MaxSamplesPerStream samples were delivered or the budget is
+// spent. It returns how many samples it delivered; the stream is cancelled
+// on return.
+func (s *Sampler) stream() (delivered int64, err error) {
+	ctx, cancel := context.WithCancel(s.ctx)
+	defer cancel()
+	var st reverbpb.ReverbService_SampleStreamClient
+	for delivered < s.perStream {
+		n := s.reserve(min(s.inFlight, s.perStream-delivered))
+		if n == 0 {
+			return delivered, nil
+		}
+		if st == nil {
+			if st, err = s.c.rpc.SampleStream(ctx); err != nil {
+				s.release(n)
+				return delivered, fromRPC(s.ctx, err)
+			}
+		}
+		got, err := s.request(st, n)
+		delivered += got
+		if err != nil {
+			s.release(n - got)
+			return delivered, err
+		}
+	}
+	return delivered, nil
+}
+
+// request sends one request for n samples and reads, decodes and delivers
+// exactly n samples.
+func (s *Sampler) request(st reverbpb.ReverbService_SampleStreamClient, n int64) (got int64, err error) {
+	req := &reverbpb.SampleStreamRequest{Table: s.table, NumSamples: n, RateLimiterTimeout: s.timeout}
+	if err := st.Send(req); err != nil {
+		if isEOF(err) { // the stream failed; Recv has the status
+			_, err = st.Recv()
+		}
+		return 0, s.streamErr(err)
+	}
+	var pending *partialSample
+	for got < n {
+		resp, err := st.Recv()
+		if err != nil {
+			return got, s.streamErr(err)
+		}
+		for _, e := range resp.GetEntries() {
+			if got == n {
+				return got, fmt.Errorf("%w: sampler: server sent more than the %d samples requested", ErrServer, n)
+			}
+			if pending == nil {
+				if e.GetInfo() == nil {
+					return got, fmt.Errorf("%w: table %q: first entry of a sample has no info", ErrMalformedSample, s.table)
+				}
+				pending = &partialSample{info: e.GetInfo(), chunks: make(map[uint64]*reverbpb.ChunkData)}
+			}
+			for _, c := range e.GetData() {
+				pending.chunks[c.GetChunkKey()] = c
+			}
+			if !e.GetEndOfSequence() {
+				continue
+			}
+			smp, err := pending.decode()
+			if err != nil {
+				return got, err
+			}
+			pending = nil
+			if !s.deliver(smp) {
+				return got, s.ctx.Err()
+			}
+			got++
+		}
+	}
+	if pending != nil {
+		return got, fmt.Errorf("%w: sampler: server sent part of a sample beyond the %d requested", ErrServer, n)
+	}
+	return got, nil
+}
+
+// streamErr maps a stream failure. A stream that ends cleanly in the middle
+// of a request was ended by the server (for example while shutting down),
+// so it counts as transient.
+func (s *Sampler) streamErr(err error) error {
+	if isEOF(err) {
+		return fmt.Errorf("%w: sampler: stream ended before the request was served", ErrUnavailable)
+	}
+	return fromRPC(s.ctx, err)
+}
+
+// partialSample collects the entries of one sample.
+type partialSample struct {
+	info   *reverbpb.SampleInfo
+	chunks map[uint64]*reverbpb.ChunkData
+}
+
+// decode builds the sample's columns from its chunks. Chunks are decoded
+// at most once per sample.
+func (p *partialSample) decode() (Sample, error) {
+	item := p.info.GetItem()
+	smp := Sample{Info: SampleInfo{
+		Key:          item.GetKey(),
+		Table:        item.GetTable(),
+		Priority:     item.GetPriority(),
+		Probability:  p.info.GetProbability(),
+		TableSize:    p.info.GetTableSize(),
+		TimesSampled: item.GetTimesSampled(),
+		RateLimited:  p.info.GetRateLimited(),
+	}}
+	if ts := item.GetInsertedAt(); ts != nil {
+		smp.Info.InsertedAt = ts.AsTime()
+	}
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: table %q, item %d: %s", ErrMalformedSample, item.GetTable(), item.GetKey(), fmt.Sprintf(format, args...))
+	}
+	cols := item.GetFlatTrajectory().GetColumns()
+	if len(cols) == 0 {
+		return Sample{}, bad("no trajectory columns")
+	}
+	decoded := make(map[uint64][]Tensor, len(p.chunks))
+	smp.Columns = make([]Tensor, len(cols))
+	for ci, col := range cols {
+		slices := col.GetChunkSlices()
+		if len(slices) == 0 {
+			return Sample{}, bad("column %d has no chunk slices", ci)
+		}
+		parts := make([]Tensor, len(slices))
+		whole := false // the column is one whole chunk tensor
+		for si, cs := range slices {
+			key := cs.GetChunkKey()
+			tensors, ok := decoded[key]
+			if !ok {
+				chunk, held := p.chunks[key]
+				if !held {
+					return Sample{}, bad("column %d references chunk %d, which the sample does not contain", ci, key)
+				}
+				var err error
+				if tensors, err = DecodeChunk(chunk); err != nil {
+					return Sample{}, bad("%v", err)
+				}
+				decoded[key] = tensors
+			}
+			idx := cs.GetIndex()
+			if idx < 0 || int(idx) >= len(tensors) {
+				return Sample{}, bad("column %d: chunk %d has %d tensors, slice wants index %d", ci, key, len(tensors), idx)
+			}
+			from, length := int64(cs.GetOffset()), int64(cs.GetLength())
+			part, err := Slice(tensors[idx], from, from+length)
+			if err != nil {
+				return Sample{}, bad("column %d, chunk %d: %v", ci, key, err)
+			}
+			parts[si] = part
+			whole = len(slices) == 1 && from == 0 && length == tensors[idx].Shape[0]
+		}
+		var t Tensor
+		if whole {
+			t = parts[0] // no copy needed
+		} else {
+			var err error
+			if t, err = Concat(parts); err != nil {
+				return Sample{}, bad("column %d: %v", ci, err)
+			}
+		}
+		if col.GetSqueeze() {
+			var err error
+			if t, err = Squeeze0(t); err != nil {
+				return Sample{}, bad("column %d: squeeze: %v", ci, err)
+			}
+		}
+		smp.Columns[ci] = t
+	}
+	return smp, nil
+}

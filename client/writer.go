@@ -1,0 +1,586 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"sort"
+	"sync"
+
+	"github.com/reverie-rl/reverie/api/reverbpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// DefaultMaxInFlightItems is the bound on unconfirmed items used when
+// WriterOptions.MaxInFlightItems is zero.
+const DefaultMaxInFlightItems = 128
+
+// writerAutoTuneItems is how many recent items of a column the automatic
+// chunk length averages over.
+const writerAutoTuneItems = 10
+
+// WriterOptions configures a TrajectoryWriter.
+type WriterOptions struct {
+	// NumKeepAliveRefs is the length of the history of every column: how
+	// many of the most recent steps CreateItem can reference. Required,
+	// >= 1. Longer histories keep more chunks alive in the writer and on
+	// the server.
+	NumKeepAliveRefs int
+	// ChunkLength fixes the number of rows (steps) per chunk, in
+	// [1, NumKeepAliveRefs]. Zero tunes it per column: a column's chunk
+	// length starts at 1 and then follows the average number of that
+	// column's steps referenced by its last 10 items, within
+	// [1, NumKeepAliveRefs]. Chunks about as long as items keep the
+	// number of chunks an item touches at two or fewer while an item waits
+	// at most about one item length for its last chunk to fill; longer
+	// chunks compress better but delay sending.
+	ChunkLength int
+	// MaxInFlightItems bounds the items created but not yet confirmed by
+	// the server (waiting for their chunks, being sent, or waiting for the
+	// server's rate limiter). When it is reached, CreateItem finalises the
+	// chunks of waiting items and blocks until a confirmation arrives or
+	// its ctx ends, so that a slow server slows the writer down instead of
+	// growing its memory. Zero means DefaultMaxInFlightItems.
+	MaxInFlightItems int
+	// DeltaEncode stores integer columns of rank >= 1 as differences
+	// between consecutive steps before compression (see EncodeChunk).
+	DeltaEncode bool
+	// Logger receives the writer's logs; reconnects are warnings. Nil
+	// means slog.Default().
+	Logger *slog.Logger
+}
+
+// TrajectoryWriter writes trajectories to a server, as Reverb's
+// TrajectoryWriter does: steps are appended column by column (Append),
+// items are built from references to recent steps (History, CreateItem),
+// and a background goroutine streams chunks and items to the server over
+// one InsertStream, reconnecting and re-sending unconfirmed items when the
+// server becomes unavailable.
+//
+// Every column is chunked on its own: its steps are batched into chunks of
+// one tensor each ([rows, step shape...]). A chunk is sent, once per
+// stream, with the first batch of items that references it; an item is sent
+// once all chunks it references are complete, so items referencing the
+// newest steps wait until their chunk fills up or Flush (or backpressure in
+// CreateItem) finalises it early.
+//
+// Unlike Reverb's writer (validate_items), items are not checked against
+// table signatures and no ServerInfo call is made: the server reports an
+// unknown table or a bad priority. Such errors are sticky: once the stream
+// fails with anything but UNAVAILABLE or CANCELLED, every later call
+// returns that error.
+//
+// A TrajectoryWriter is safe for concurrent use, although the steps of an
+// episode normally come from one goroutine. Close it to stop its
+// goroutines.
+type TrajectoryWriter struct {
+	client      *Client
+	log         *slog.Logger
+	keepAlive   int  // NumKeepAliveRefs
+	chunkLength int  // fixed chunk length, 0 for auto
+	maxInFlight int  // MaxInFlightItems, defaulted
+	delta       bool // DeltaEncode
+
+	ctx    context.Context // ends when Close is called; parent of streams
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the stream worker
+
+	mu sync.Mutex // guards the fields below
+	// changed is closed and replaced whenever the state below changes in a
+	// way someone may wait for (see notifyLocked).
+	changed     chan struct{}
+	closed      bool
+	err         error // sticky stream error
+	episodeID   uint64
+	episodeStep int32
+	histLen     int // steps in every column's history, <= keepAlive
+	columns     map[string]*writerColumn
+	nextSeq     uint64
+	queue       []*writerItem          // not yet sent on the current stream, by seq
+	inflight    map[uint64]*writerItem // sent on the current stream, unconfirmed, by key
+}
+
+// writerColumn is one column's chunker and history.
+type writerColumn struct {
+	w     *TrajectoryWriter
+	name  string
+	dtype DType
+	shape []int64 // step shape
+	// hist holds the column's cells of the last histLen steps, oldest
+	// first; nil where a step omitted the column.
+	hist []*writerCell
+	open *writerChunk // chunk receiving rows, nil if none
+	// itemLens are the row counts of the column in its recent items, for
+	// the automatic chunk length.
+	itemLens []int
+}
+
+// writerChunk is a chunk of one column: open while it receives rows, then
+// finalised into its wire form.
+type writerChunk struct {
+	key     uint64
+	col     *writerColumn
+	episode uint64
+	steps   []int32  // episode step of every row
+	rows    []Tensor // the rows while open; nil once finalised
+	data    *reverbpb.ChunkData
+	size    int // encoded size of data
+}
+
+// writerCell references one step of one column: a row of a chunk.
+type writerCell struct {
+	chunk *writerChunk
+	row   int
+	live  bool // false once the step left the history; guarded by mu
+}
+
+// writerItem is an item created and not yet confirmed.
+type writerItem struct {
+	seq    uint64 // creation order
+	proto  *reverbpb.PrioritizedItem
+	size   int            // encoded size of proto
+	chunks []*writerChunk // distinct chunks referenced, in order
+}
+
+// ready reports whether every chunk the item references is finalised.
+func (it *writerItem) ready() bool {
+	for _, c := range it.chunks {
+		if c.data == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// NewTrajectoryWriter returns a writer that inserts into the client's
+// server. It does no I/O: the insert stream is opened in the background
+// when the first item is ready to be sent, so ctx is only checked on
+// entry. Close the writer when done.
+func (c *Client) NewTrajectoryWriter(ctx context.Context, opts WriterOptions) (*TrajectoryWriter, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if opts.NumKeepAliveRefs < 1 {
+		return nil, fmt.Errorf("%w: WriterOptions.NumKeepAliveRefs must be >= 1, got %d", ErrInvalidArgument, opts.NumKeepAliveRefs)
+	}
+	if opts.ChunkLength < 0 || opts.ChunkLength > opts.NumKeepAliveRefs {
+		return nil, fmt.Errorf("%w: WriterOptions.ChunkLength must be in [0, NumKeepAliveRefs=%d], got %d",
+			ErrInvalidArgument, opts.NumKeepAliveRefs, opts.ChunkLength)
+	}
+	if opts.MaxInFlightItems < 0 {
+		return nil, fmt.Errorf("%w: WriterOptions.MaxInFlightItems must be >= 0, got %d", ErrInvalidArgument, opts.MaxInFlightItems)
+	}
+	w := &TrajectoryWriter{
+		client:      c,
+		log:         opts.Logger,
+		keepAlive:   opts.NumKeepAliveRefs,
+		chunkLength: opts.ChunkLength,
+		maxInFlight: opts.MaxInFlightItems,
+		delta:       opts.DeltaEncode,
+		changed:     make(chan struct{}),
+		episodeID:   NewKey(),
+		columns:     make(map[string]*writerColumn),
+		inflight:    make(map[uint64]*writerItem),
+	}
+	if w.log == nil {
+		w.log = slog.Default()
+	}
+	if w.maxInFlight == 0 {
+		w.maxInFlight = DefaultMaxInFlightItems
+	}
+	w.ctx, w.cancel = context.WithCancel(context.Background())
+	w.wg.Add(1)
+	go w.run()
+	return w, nil
+}
+
+// Append adds one step. Every entry of step is the value of the named
+// column at this step; columns absent from step get no entry in their
+// history for this step (a gap that items cannot reference), as Reverb's
+// partial steps. A column's dtype and shape are fixed by its first value
+// for the writer's lifetime; a mismatch fails the whole step, which is then
+// not appended. The tensors are copied.
+//
+// Append does not wait for the network (ctx is only checked on entry). It
+// returns ErrClosed after Close and the sticky error after a stream failure.
+func (w *TrajectoryWriter) Append(ctx context.Context, step map[string]Tensor) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if len(step) == 0 {
+		return fmt.Errorf("%w: Append: empty step", ErrInvalidArgument)
+	}
+	names := make([]string, 0, len(step))
+	for name := range step {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.usableLocked(); err != nil {
+		return err
+	}
+	if w.episodeStep == math.MaxInt32 {
+		return fmt.Errorf("%w: Append: episode has %d steps, the most a sequence range can number", ErrInvalidArgument, w.episodeStep)
+	}
+	for _, name := range names {
+		t := step[name]
+		if name == "" {
+			return fmt.Errorf("%w: Append: empty column name", ErrInvalidArgument)
+		}
+		if err := t.Validate(); err != nil {
+			return fmt.Errorf("%w: Append: column %q: %v", ErrInvalidArgument, name, err)
+		}
+		if col := w.columns[name]; col != nil && (t.DType != col.dtype || !sameShape(t.Shape, col.shape)) {
+			return fmt.Errorf("%w: Append: column %q holds %v%v steps, got %v%v",
+				ErrInvalidArgument, name, col.dtype, col.shape, t.DType, t.Shape)
+		}
+	}
+
+	// Move the history window by one step: every column gets a gap, which
+	// the columns present in step fill below.
+	if w.histLen == w.keepAlive {
+		for _, col := range w.columns {
+			if c := col.hist[0]; c != nil {
+				c.live = false
+			}
+			col.hist[0] = nil
+			col.hist = col.hist[1:]
+		}
+	} else {
+		w.histLen++
+	}
+	for _, col := range w.columns {
+		col.hist = append(col.hist, nil)
+	}
+
+	for _, name := range names {
+		t := step[name]
+		col := w.columns[name]
+		if col == nil {
+			col = &writerColumn{w: w, name: name, dtype: t.DType, shape: cloneShape(t.Shape), hist: make([]*writerCell, w.histLen)}
+			w.columns[name] = col
+		}
+		ch := col.open
+		if ch == nil {
+			ch = &writerChunk{key: NewKey(), col: col, episode: w.episodeID}
+			col.open = ch
+		}
+		cell := &writerCell{chunk: ch, row: len(ch.rows), live: true}
+		ch.rows = append(ch.rows, t.Clone())
+		ch.steps = append(ch.steps, w.episodeStep)
+		col.hist[len(col.hist)-1] = cell
+		if len(ch.rows) >= w.chunkLengthLocked(col) {
+			if err := w.finaliseLocked(col); err != nil {
+				return err
+			}
+		}
+	}
+	w.episodeStep++
+	return nil
+}
+
+// chunkLengthLocked is the number of rows at which col's open chunk is
+// finalised.
+func (w *TrajectoryWriter) chunkLengthLocked(col *writerColumn) int {
+	if w.chunkLength > 0 {
+		return w.chunkLength
+	}
+	if len(col.itemLens) == 0 {
+		return 1
+	}
+	sum := 0
+	for _, n := range col.itemLens {
+		sum += n
+	}
+	n := (sum + len(col.itemLens) - 1) / len(col.itemLens)
+	return max(1, min(n, w.keepAlive))
+}
+
+// finaliseLocked encodes col's open chunk. A failure is sticky: the rows
+// cannot be sent any more.
+func (w *TrajectoryWriter) finaliseLocked(col *writerColumn) error {
+	ch := col.open
+	col.open = nil
+	stacked, err := Stack(ch.rows)
+	var data *reverbpb.ChunkData
+	if err == nil {
+		first, last := ch.steps[0], ch.steps[len(ch.steps)-1]
+		seq := &reverbpb.SequenceRange{
+			EpisodeId: ch.episode,
+			Start:     first,
+			End:       last,
+			Sparse:    int(last-first)+1 != len(ch.steps),
+		}
+		data, err = EncodeChunk(ch.key, seq, []Tensor{stacked}, w.delta)
+	}
+	if err != nil {
+		w.err = fmt.Errorf("%w: trajectory writer: encoding column %q: %v", ErrInvalidArgument, col.name, err)
+		w.notifyLocked()
+		return w.err
+	}
+	ch.data = data
+	ch.size = proto.Size(data)
+	ch.rows = nil
+	w.notifyLocked()
+	return nil
+}
+
+// finaliseQueuedLocked finalises the open chunks that queued items
+// reference, so that the worker can send every queued item.
+func (w *TrajectoryWriter) finaliseQueuedLocked() error {
+	for _, it := range w.queue {
+		for _, ch := range it.chunks {
+			if ch.data == nil && ch.col.open == ch {
+				if err := w.finaliseLocked(ch.col); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// CreateItem creates an item in table with the given priority, made of the
+// trajectory's columns in order (column i of the item is trajectory[i]),
+// and queues it for sending. Columns are usually built from History; to
+// match a Python dataset whose table signature is a dict, order the
+// columns by sorted name, as tree.flatten does.
+//
+// CreateItem returns once the item is queued, not when the server has it;
+// use Flush to wait for confirmations. When MaxInFlightItems items are
+// unconfirmed it first blocks until one is confirmed, returning ctx.Err()
+// if ctx ends first. Invalid trajectories (empty, gaps, steps no longer in
+// the history) wrap ErrInvalidArgument. It returns ErrClosed after Close
+// and the sticky error after a stream failure.
+func (w *TrajectoryWriter) CreateItem(ctx context.Context, table string, priority float64, trajectory []TrajectoryColumn) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if len(trajectory) == 0 {
+		return fmt.Errorf("%w: CreateItem: empty trajectory", ErrInvalidArgument)
+	}
+	for i, tc := range trajectory {
+		// Fail before waiting for room; newItemLocked checks the rest.
+		if err := tc.Err(); err != nil {
+			return fmt.Errorf("CreateItem: trajectory column %d: %w", i, err)
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for {
+		if err := w.usableLocked(); err != nil {
+			return err
+		}
+		if len(w.queue)+len(w.inflight) < w.maxInFlight {
+			break
+		}
+		// Let queued items leave, then wait for confirmations.
+		if err := w.finaliseQueuedLocked(); err != nil {
+			return err
+		}
+		if err := w.waitLocked(ctx); err != nil {
+			return err
+		}
+	}
+	it, err := w.newItemLocked(table, priority, trajectory)
+	if err != nil {
+		return err
+	}
+	w.queue = append(w.queue, it)
+	w.notifyLocked()
+	return nil
+}
+
+// newItemLocked checks the trajectory and builds the item, merging
+// consecutive rows of a chunk into one slice.
+func (w *TrajectoryWriter) newItemLocked(table string, priority float64, trajectory []TrajectoryColumn) (*writerItem, error) {
+	traj := &reverbpb.FlatTrajectory{Columns: make([]*reverbpb.FlatTrajectory_Column, len(trajectory))}
+	var chunks []*writerChunk
+	for i, tc := range trajectory {
+		if err := tc.Err(); err != nil {
+			return nil, fmt.Errorf("CreateItem: trajectory column %d: %w", i, err)
+		}
+		if len(tc.cells) == 0 {
+			return nil, fmt.Errorf("%w: CreateItem: trajectory column %d is empty", ErrInvalidArgument, i)
+		}
+		col := tc.cells[0].chunk.col
+		if col.w != w {
+			return nil, fmt.Errorf("%w: CreateItem: trajectory column %d comes from another writer", ErrInvalidArgument, i)
+		}
+		out := &reverbpb.FlatTrajectory_Column{Squeeze: tc.squeeze}
+		var last *reverbpb.FlatTrajectory_ChunkSlice
+		var lastCell *writerCell
+		for _, c := range tc.cells {
+			if c.chunk.col != col {
+				return nil, fmt.Errorf("%w: CreateItem: trajectory column %d mixes columns %q and %q",
+					ErrInvalidArgument, i, col.name, c.chunk.col.name)
+			}
+			if !c.live {
+				return nil, fmt.Errorf("%w: CreateItem: trajectory column %d references a step of column %q that is no longer in the history",
+					ErrInvalidArgument, i, col.name)
+			}
+			if last != nil && c.chunk == lastCell.chunk && c.row == lastCell.row+1 {
+				last.Length++
+			} else {
+				last = &reverbpb.FlatTrajectory_ChunkSlice{ChunkKey: c.chunk.key, Offset: int32(c.row), Length: 1}
+				out.ChunkSlices = append(out.ChunkSlices, last)
+			}
+			lastCell = c
+			if !slices.Contains(chunks, c.chunk) {
+				chunks = append(chunks, c.chunk)
+			}
+		}
+		traj.Columns[i] = out
+	}
+	if w.chunkLength == 0 {
+		for _, tc := range trajectory {
+			col := tc.cells[0].chunk.col
+			col.itemLens = append(col.itemLens, len(tc.cells))
+			if len(col.itemLens) > writerAutoTuneItems {
+				col.itemLens = col.itemLens[1:]
+			}
+		}
+	}
+	pi := &reverbpb.PrioritizedItem{Key: NewKey(), Table: table, Priority: priority, FlatTrajectory: traj}
+	w.nextSeq++
+	return &writerItem{seq: w.nextSeq, proto: pi, size: proto.Size(pi), chunks: chunks}, nil
+}
+
+// Flush finalises the partial chunks that created items reference, lets the
+// background goroutine send them, and waits until the server has confirmed
+// every item created so far. It returns ctx.Err() if ctx ends first (the
+// items stay queued), ErrClosed after Close, and the sticky error if the
+// stream failed for good.
+func (w *TrajectoryWriter) Flush(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.flushLocked(ctx)
+}
+
+func (w *TrajectoryWriter) flushLocked(ctx context.Context) error {
+	for {
+		if err := w.usableLocked(); err != nil {
+			return err
+		}
+		if len(w.queue)+len(w.inflight) == 0 {
+			return nil
+		}
+		if err := w.finaliseQueuedLocked(); err != nil {
+			return err
+		}
+		if err := w.waitLocked(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+// EndEpisode flushes (see Flush), then starts a new episode: a new random
+// episode id, step 0, and new chunks for every column. With clearBuffers
+// the history of every column is dropped, so later items can only
+// reference steps appended after the call; without it, the last steps of
+// the ended episode stay referenceable.
+func (w *TrajectoryWriter) EndEpisode(ctx context.Context, clearBuffers bool) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.flushLocked(ctx); err != nil {
+		return err
+	}
+	// flushLocked returned with the lock held and nothing queued, so open
+	// chunks are referenced by the history only.
+	for _, col := range w.columns {
+		if col.open != nil {
+			if clearBuffers {
+				col.open = nil
+			} else if err := w.finaliseLocked(col); err != nil {
+				return err
+			}
+		}
+		if clearBuffers {
+			for _, c := range col.hist {
+				if c != nil {
+					c.live = false
+				}
+			}
+			col.hist = nil
+		}
+	}
+	if clearBuffers {
+		w.histLen = 0
+	}
+	w.episodeID = NewKey()
+	w.episodeStep = 0
+	return nil
+}
+
+// EpisodeSteps returns the number of steps appended since the writer was
+// created or the last EndEpisode.
+func (w *TrajectoryWriter) EpisodeSteps() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return int(w.episodeStep)
+}
+
+// Close stops the background goroutine and cancels the insert stream.
+// Items not yet confirmed are dropped (the server may or may not apply
+// those it already received); call Flush first to keep them. Close is
+// idempotent and always returns nil; every other method returns ErrClosed
+// afterwards.
+func (w *TrajectoryWriter) Close() error {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return nil
+	}
+	w.closed = true
+	w.notifyLocked()
+	w.mu.Unlock()
+
+	w.cancel()
+	w.wg.Wait()
+
+	w.mu.Lock()
+	w.queue = nil
+	clear(w.inflight)
+	clear(w.columns)
+	w.mu.Unlock()
+	return nil
+}
+
+// usableLocked returns the error every call returns once the writer is
+// closed or its stream failed for good.
+func (w *TrajectoryWriter) usableLocked() error {
+	if w.closed {
+		return ErrClosed
+	}
+	return w.err
+}
+
+// notifyLocked wakes everyone waiting in waitLocked.
+func (w *TrajectoryWriter) notifyLocked() {
+	close(w.changed)
+	w.changed = make(chan struct{})
+}
+
+// waitLocked releases mu until the next notifyLocked or until ctx ends, and
+// returns ctx.Err() in the latter case. mu is held again on return.
+func (w *TrajectoryWriter) waitLocked(ctx context.Context) error {
+	changed := w.changed
+	w.mu.Unlock()
+	defer w.mu.Lock()
+	select {
+	case <-changed:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,273 @@
+package client
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/reverie-rl/reverie/api/reverbpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+)
+
+const (
+	// writerMaxRequestBytes closes a batch of items once its chunks and
+	// items reach this size, as Reverb's 40 MiB request cut-off. A single
+	// item with larger chunks still goes out in one request.
+	writerMaxRequestBytes = 40 << 20
+	// Backoff between attempts to reopen the insert stream: doubling from
+	// the minimum to the maximum, back to the minimum after a stream that
+	// lived writerBackoffReset.
+	writerMinBackoff   = time.Millisecond
+	writerMaxBackoff   = time.Second
+	writerBackoffReset = 2 * time.Second
+)
+
+// run is the writer's background goroutine. It opens an insert stream when
+// an item is ready, sends items over it until it fails, and after a
+// transient failure puts the unconfirmed items back in the queue and opens
+// a new stream after a backoff. Any other failure becomes the writer's
+// sticky error.
+func (w *TrajectoryWriter) run() {
+	defer w.wg.Done()
+	backoff := writerMinBackoff
+	for {
+		if !w.waitForWork() {
+			return
+		}
+		start := time.Now()
+		err := w.stream()
+
+		w.mu.Lock()
+		if w.closed {
+			w.mu.Unlock()
+			return
+		}
+		if err == nil {
+			err = writerStreamErr(nil)
+		}
+		if retryable(err) && w.client.conn.GetState() == connectivity.Shutdown {
+			err = fmt.Errorf("%w: trajectory writer: the client was closed", ErrClosed)
+		}
+		if !retryable(err) {
+			w.err = err
+			w.notifyLocked()
+			w.mu.Unlock()
+			return
+		}
+		n := w.requeueLocked()
+		w.mu.Unlock()
+
+		if time.Since(start) >= writerBackoffReset {
+			backoff = writerMinBackoff
+		}
+		w.log.Warn("trajectory writer: insert stream failed, reconnecting",
+			"addr", w.client.addr, "err", err, "backoff", backoff, "unconfirmed_items", n)
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-w.ctx.Done():
+			t.Stop()
+			return
+		}
+		backoff = min(2*backoff, writerMaxBackoff)
+	}
+}
+
+// waitForWork waits until the first queued item can be sent and reports
+// false if the writer is closed first.
+func (w *TrajectoryWriter) waitForWork() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for {
+		if w.closed {
+			return false
+		}
+		if len(w.queue) > 0 && w.queue[0].ready() {
+			return true
+		}
+		if w.waitLocked(w.ctx) != nil {
+			return false
+		}
+	}
+}
+
+// requeueLocked moves the items sent on a failed stream back to the queue,
+// in creation order, so that they are sent again with their chunks on the
+// next stream. It returns how many items now wait.
+func (w *TrajectoryWriter) requeueLocked() int {
+	if len(w.inflight) > 0 {
+		for _, it := range w.inflight {
+			w.queue = append(w.queue, it)
+		}
+		clear(w.inflight)
+		slices.SortFunc(w.queue, func(a, b *writerItem) int { return cmp.Compare(a.seq, b.seq) })
+		w.notifyLocked()
+	}
+	return len(w.queue)
+}
+
+// stream runs one insert stream until it fails or the writer is closed, and
+// returns the failure (nil after Close). A goroutine reads confirmations;
+// stream waits for it before returning.
+func (w *TrajectoryWriter) stream() error {
+	ctx, cancel := context.WithCancel(w.ctx)
+	st, err := w.client.rpc.InsertStream(ctx)
+	if err != nil {
+		cancel()
+		return fromRPC(context.Background(), err)
+	}
+	recvDone := make(chan struct{})
+	var recvErr error // written before recvDone is closed
+	go func() {
+		defer close(recvDone)
+		for {
+			resp, err := st.Recv()
+			if err != nil {
+				recvErr = err
+				return
+			}
+			w.confirm(resp.GetKeys())
+		}
+	}()
+	defer func() {
+		cancel()
+		<-recvDone
+	}()
+
+	// sent holds the chunks the server holds for this stream.
+	sent := make(map[uint64]struct{})
+	for {
+		req := w.nextRequest(sent, recvDone)
+		if req == nil {
+			select {
+			case <-recvDone:
+				return writerStreamErr(recvErr)
+			default:
+				return nil // closed
+			}
+		}
+		if err := st.Send(req); err != nil {
+			if errors.Is(err, io.EOF) {
+				// The stream ended; Recv has its status.
+				<-recvDone
+				return writerStreamErr(recvErr)
+			}
+			return fromRPC(context.Background(), err)
+		}
+	}
+}
+
+// writerStreamErr converts the error that ended an insert stream's reads.
+// The server never ends an insert stream OK while the writer has not
+// half-closed it, so that is treated as a transient failure.
+func writerStreamErr(err error) error {
+	if err == nil || errors.Is(err, io.EOF) {
+		return &Error{Sentinel: ErrUnavailable, Code: codes.Unavailable, Msg: "insert stream ended by the server"}
+	}
+	return fromRPC(context.Background(), err)
+}
+
+// confirm removes confirmed items. Keys of items the writer does not know
+// (already confirmed) are ignored.
+func (w *TrajectoryWriter) confirm(keys []uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := len(w.inflight)
+	for _, k := range keys {
+		delete(w.inflight, k)
+	}
+	if len(w.inflight) != n {
+		w.notifyLocked()
+	}
+}
+
+// nextRequest waits until the first queued item can be sent and builds the
+// next request from the longest run of sendable items at the front of the
+// queue (up to writerMaxRequestBytes): the chunks they reference that the
+// server does not hold for this stream, the items, and keep_chunk_keys.
+// The items move to the in-flight set. It returns nil when the writer is
+// closed or the stream's reader has stopped (recvDone).
+//
+// keep_chunk_keys lists the chunks sent on this stream that the column
+// histories or the items still queued reference: those may be needed by a
+// later item. The server releases every other chunk after the request's
+// items, and so does sent.
+func (w *TrajectoryWriter) nextRequest(sent map[uint64]struct{}, recvDone <-chan struct{}) *reverbpb.InsertStreamRequest {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for {
+		if w.closed {
+			return nil
+		}
+		select {
+		case <-recvDone:
+			return nil
+		default:
+		}
+		if len(w.queue) > 0 && w.queue[0].ready() {
+			break
+		}
+		changed := w.changed
+		w.mu.Unlock()
+		select {
+		case <-changed:
+		case <-recvDone:
+		case <-w.ctx.Done():
+		}
+		w.mu.Lock()
+	}
+
+	req := &reverbpb.InsertStreamRequest{}
+	size, n := 0, 0
+	for n < len(w.queue) && w.queue[n].ready() && size < writerMaxRequestBytes {
+		it := w.queue[n]
+		for _, ch := range it.chunks {
+			if _, ok := sent[ch.key]; !ok {
+				sent[ch.key] = struct{}{}
+				req.Chunks = append(req.Chunks, ch.data)
+				size += ch.size
+			}
+		}
+		req.Items = append(req.Items, it.proto)
+		size += it.size
+		w.inflight[it.proto.GetKey()] = it
+		w.queue[n] = nil
+		n++
+	}
+	w.queue = w.queue[n:]
+
+	keep := make(map[uint64]struct{}, len(sent))
+	mark := func(ch *writerChunk) {
+		if _, ok := sent[ch.key]; ok {
+			keep[ch.key] = struct{}{}
+		}
+	}
+	for _, col := range w.columns {
+		for _, c := range col.hist {
+			if c != nil {
+				mark(c.chunk)
+			}
+		}
+	}
+	for _, it := range w.queue {
+		for _, ch := range it.chunks {
+			mark(ch)
+		}
+	}
+	for k := range sent {
+		if _, ok := keep[k]; !ok {
+			delete(sent, k)
+		}
+	}
+	req.KeepChunkKeys = make([]uint64, 0, len(keep))
+	for k := range keep {
+		req.KeepChunkKeys = append(req.KeepChunkKeys, k)
+	}
+	slices.Sort(req.KeepChunkKeys)
+	return req
+}
