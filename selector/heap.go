@@ -2,6 +2,9 @@ package selector
 
 var _ Selector = (*priorityHeap)(nil)
 
+// heapArity is the number of children of a heap node.
+const heapArity = 4
+
 // heapItem is one entry of a priorityHeap. Items are ordered by
 // (order, seq).
 type heapItem struct {
@@ -10,9 +13,11 @@ type heapItem struct {
 	slot  Slot
 }
 
-// priorityHeap is a binary heap of items in a slice. pos, indexed by slot,
-// follows each slot's position in items, so that sifting updates a plain
-// int32 slice rather than a map.
+// priorityHeap is a 4-ary heap of items in a slice: half the depth of a
+// binary heap, and a node's four children sit in adjacent memory, which
+// matters once the heap outgrows the caches. pos, indexed by slot, follows
+// each slot's position in items, so that sifting updates a plain int32
+// slice rather than a map.
 type priorityHeap struct {
 	items []heapItem
 	pos   []int32 // slot -> position in items, or nilSlot when absent
@@ -143,7 +148,7 @@ func (h *priorityHeap) fix(i int) {
 func (h *priorityHeap) up(i int) bool {
 	it, start := h.items[i], i
 	for i > 0 {
-		parent := (i - 1) / 2
+		parent := (i - 1) / heapArity
 		if !before(it, h.items[parent]) {
 			break
 		}
@@ -162,12 +167,15 @@ func (h *priorityHeap) down(i int) {
 	n := len(h.items)
 	it, start := h.items[i], i
 	for {
-		c := 2*i + 1
-		if c >= n {
+		first := heapArity*i + 1
+		if first >= n {
 			break
 		}
-		if r := c + 1; r < n && before(h.items[r], h.items[c]) {
-			c = r
+		c := first
+		for j := first + 1; j < min(first+heapArity, n); j++ {
+			if before(h.items[j], h.items[c]) {
+				c = j
+			}
 		}
 		if !before(h.items[c], it) {
 			break

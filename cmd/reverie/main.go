@@ -17,6 +17,8 @@ type command struct {
 
 var commands = []command{
 	{"serve", "run the replay server", runServe},
+	{"info", "print the tables of a running server", runInfo},
+	{"bench", "measure insert and sample throughput and latency of a server", runBench},
 }
 
 func main() {

@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/reverie-rl/reverie/client"
+)
+
+// runBenchCmd runs "reverie bench args..." against addr and decodes its
+// --json report.
+func runBenchCmd(t *testing.T, addr string, args ...string) benchReport {
+	t.Helper()
+	cmd := exec.Command(binary, append([]string{"bench", "--addr", addr, "--json"}, args...)...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("reverie bench %v: %v\nstderr:\n%s", args, err, stderr.String())
+	}
+	var rep benchReport
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatalf("bench output is not one JSON object: %v\n%s", err, out)
+	}
+	return rep
+}
+
+func checkKind(t *testing.T, name string, k *kindReport, clients int) {
+	t.Helper()
+	if k == nil {
+		t.Fatalf("%s: missing from the report", name)
+	}
+	if k.Clients != clients || k.Items <= 0 || k.Errors != 0 || k.ItemsPerSec <= 0 || k.MBPerSec <= 0 {
+		t.Errorf("%s: %+v", name, *k)
+	}
+	if !(k.P50Ms > 0 && k.P50Ms <= k.P99Ms && k.P99Ms <= k.P999Ms && k.P999Ms <= k.MaxMs) {
+		t.Errorf("%s: latencies p50 %v p99 %v p999 %v max %v are not positive and ordered", name, k.P50Ms, k.P99Ms, k.P999Ms, k.MaxMs)
+	}
+}
+
+// TestBenchModes runs each mode for a second against the default table.
+func TestBenchModes(t *testing.T) {
+	p := serve(t)
+	for _, tc := range []struct {
+		mode             string
+		writers, readers int
+	}{
+		{"insert", 2, 0},
+		{"sample", 0, 2},
+		{"mixed", 1, 1},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			rep := runBenchCmd(t, p.addr, "--mode", tc.mode, "--duration", "1s", "--clients", "2", "--payload", "400")
+			if rep.Mode != tc.mode || rep.PayloadBytes != 400 || rep.Errors != 0 || rep.DurationSec != 1 {
+				t.Errorf("report: %+v", rep)
+			}
+			if tc.writers > 0 {
+				checkKind(t, "insert", rep.Insert, tc.writers)
+				if rep.Insert.Bytes != rep.Insert.Items*400 {
+					t.Errorf("insert: %d bytes for %d items", rep.Insert.Bytes, rep.Insert.Items)
+				}
+			} else if rep.Insert != nil {
+				t.Errorf("insert figures in %s mode", tc.mode)
+			}
+			if tc.readers > 0 {
+				checkKind(t, "sample", rep.Sample, tc.readers)
+			} else if rep.Sample != nil {
+				t.Errorf("sample figures in %s mode", tc.mode)
+			}
+		})
+	}
+}
+
+// TestBenchItems checks that --items inserts exactly that many items.
+func TestBenchItems(t *testing.T) {
+	p := serve(t)
+	rep := runBenchCmd(t, p.addr, "--mode", "insert", "--items", "500", "--clients", "3", "--chunk-length", "4", "--compressible")
+	if rep.Insert == nil || rep.Insert.Items != 500 || rep.Errors != 0 {
+		t.Fatalf("report: %+v %+v", rep, rep.Insert)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, p.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	info, err := c.ServerInfo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := info["replay"].Inserts; got != 500 {
+		t.Errorf("server counted %d inserts, want 500", got)
+	}
+
+	// --items also bounds sampling: 300 samples over two samplers.
+	rep = runBenchCmd(t, p.addr, "--mode", "sample", "--items", "300", "--clients", "2", "--in-flight", "4")
+	if rep.Sample == nil || rep.Sample.Items != 300 || rep.Prefilled != 500 {
+		t.Fatalf("sample report: %+v %+v", rep, rep.Sample)
+	}
+	if info, err = c.ServerInfo(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := info["replay"].Samples; got != 300 {
+		t.Errorf("server counted %d samples, want 300", got)
+	}
+}
+
+func TestBenchText(t *testing.T) {
+	p := serve(t)
+	out, err := exec.Command(binary, "bench", "--addr", p.addr, "--mode", "mixed", "--clients", "2", "--items", "50").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, want := range []string{"items/s", "MB/s", "p50", "p99", "p999", "insert", "sample", "errors"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestBenchBadUsage(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--mode", "nope"}, 2, "--mode"},
+		{[]string{"--payload", "2"}, 2, "--payload"},
+		{[]string{"--mode", "mixed", "--clients", "1"}, 2, "mixed"},
+		{[]string{"--addr", "127.0.0.1:1", "--timeout", "300ms"}, 1, "cannot reach"},
+	} {
+		out, err := exec.Command(binary, append([]string{"bench"}, tc.args...)...).CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != tc.code || !strings.Contains(string(out), tc.want) {
+			t.Errorf("bench %v: %v, want exit %d mentioning %q\n%s", tc.args, err, tc.code, tc.want, out)
+		}
+	}
+	p := serve(t)
+	out, err := exec.Command(binary, "bench", "--addr", p.addr, "--table", "nope", "--duration", "100ms").CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(out), `no table "nope"`) {
+		t.Errorf("unknown table: %v\n%s", err, out)
+	}
+}
+
+func TestHistogram(t *testing.T) {
+	var h histogram
+	if h.quantile(0.5) != 0 {
+		t.Error("empty histogram has a median")
+	}
+	for i := 1; i <= 1000; i++ {
+		h.record(time.Duration(i) * time.Microsecond)
+	}
+	var other histogram
+	other.record(time.Second)
+	h.merge(&other)
+	for _, tc := range []struct {
+		q    float64
+		want time.Duration
+	}{{0.5, 500 * time.Microsecond}, {0.99, 990 * time.Microsecond}, {0.999, 999 * time.Microsecond}, {1, time.Second}} {
+		got := h.quantile(tc.q)
+		if diff := float64(got-tc.want) / float64(tc.want); diff < -0.011 || diff > 0.011 {
+			t.Errorf("quantile(%v) = %v, want %v within 1%%", tc.q, got, tc.want)
+		}
+	}
+	if h.n != 1001 || h.min != time.Microsecond || h.max != time.Second {
+		t.Errorf("n %d min %v max %v", h.n, h.min, h.max)
+	}
+}
