@@ -10,7 +10,7 @@ GOBIN="$root/.bin" go install github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.3
 go build -o .bin/reverie ./cmd/reverie
 
 log=$(mktemp)
-.bin/reverie serve --config examples/config/reverb_server.textproto --port 0 2>"$log" &
+.bin/reverie serve --config examples/config/reverb_server.textproto --listen localhost:0 2>"$log" &
 pid=$!
 trap 'kill $pid 2>/dev/null || true; rm -f "$log"' EXIT
 port=""

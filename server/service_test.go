@@ -620,9 +620,9 @@ func TestUnixSocket(t *testing.T) {
 	}
 }
 
-// TestDualStack: ":0" accepts both 127.0.0.1 and ::1, as "localhost:PORT"
-// clients with round_robin connect to both.
-func TestDualStack(t *testing.T) {
+// TestDualStackLoopback: "localhost:0" accepts both 127.0.0.1 and ::1 on
+// one port, as "localhost:PORT" clients with round_robin connect to both.
+func TestDualStackLoopback(t *testing.T) {
 	if l, err := net.Listen("tcp", "[::1]:0"); err != nil {
 		t.Skipf("no IPv6 loopback on this machine: %v", err)
 	} else {
@@ -632,7 +632,7 @@ func TestDualStack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := server.Listen(":0")
+	lis, err := server.Listen("localhost:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -643,7 +643,7 @@ func TestDualStack(t *testing.T) {
 		<-served
 	}()
 	port := lis.Addr().(*net.TCPAddr).Port
-	for _, host := range []string{"127.0.0.1", "::1"} {
+	for _, host := range []string{"127.0.0.1", "::1", "localhost"} {
 		client := reverbpb.NewReverbServiceClient(servertest.Dial(t, net.JoinHostPort(host, strconv.Itoa(port))))
 		if _, err := client.ServerInfo(ctxT(t), &reverbpb.ServerInfoRequest{}); err != nil {
 			t.Fatalf("%s: %v", host, err)

@@ -54,7 +54,7 @@ var addrRE = regexp.MustCompile(`addr=\S*:(\d+)`)
 // serve starts "reverie serve args..." and waits for it to report its port.
 func serve(t *testing.T, args ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(binary, append([]string{"serve", "--port", "0"}, args...)...)
+	cmd := exec.Command(binary, append([]string{"serve", "--listen", "localhost:0"}, args...)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -263,7 +263,7 @@ func TestBadConfigDoesNotStart(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			cmd := exec.Command(binary, "serve", "--port", "0", "--config", path)
+			cmd := exec.Command(binary, "serve", "--listen", "localhost:0", "--config", path)
 			out, err := cmd.CombinedOutput()
 			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
 				t.Fatalf("exit %v, want status 1\n%s", err, out)
