@@ -1,5 +1,5 @@
 # Thin wrappers; the logic lives in scripts/. CI runs `make test` (.ci/run).
-.PHONY: build serve test check gotest genproto genproto-check fuzz bench-table bench-selector clean
+.PHONY: build serve test check gotest genproto genproto-check fuzz bench-table bench-selector clean conformance
 
 build:
 	go build -o .bin/reverie ./cmd/reverie
@@ -33,6 +33,11 @@ bench-table:
 
 bench-selector:
 	go test -run XXX -bench BenchmarkSelector ./selector
+
+# Conformance with Reverb, both ways: the dm-reverb client and reverie's Go
+# client, each against Reverb's own server and reverie (installs .venv-reverb).
+conformance:
+	scripts/conformance.sh
 
 clean:
 	rm -rf .bin

@@ -181,6 +181,8 @@ func (c *Client) Insert(ctx context.Context, step []Tensor, priorities map[strin
 	for table, p := range priorities {
 		req.Items = append(req.Items, &reverbpb.PrioritizedItem{Key: NewKey(), Table: table, Priority: p, FlatTrajectory: traj})
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // ends the stream if we leave early
 	stream, err := c.rpc.InsertStream(ctx)
 	if err != nil {
 		return fromRPC(ctx, err)
@@ -189,23 +191,26 @@ func (c *Client) Insert(ctx context.Context, step []Tensor, priorities map[strin
 		_, err = stream.Recv()
 		return fromRPC(ctx, err)
 	}
-	if err := stream.CloseSend(); err != nil {
-		return fromRPC(ctx, err)
-	}
-	confirmed := 0
-	for {
+	// Read every confirmation before half-closing: Reverb 0.14.0 ends the
+	// stream as soon as it sees the half-close, dropping confirmations it
+	// has not sent yet.
+	for confirmed := 0; confirmed < len(req.Items); {
 		resp, err := stream.Recv()
+		if isEOF(err) {
+			return fmt.Errorf("%w: Insert: server confirmed %d of %d items", ErrServer, confirmed, len(req.Items))
+		}
 		if err != nil {
-			if confirmed == len(req.Items) && isEOF(err) {
-				return nil
-			}
-			if isEOF(err) {
-				return fmt.Errorf("%w: Insert: server confirmed %d of %d items", ErrServer, confirmed, len(req.Items))
-			}
 			return fromRPC(ctx, err)
 		}
 		confirmed += len(resp.GetKeys())
 	}
+	if err := stream.CloseSend(); err != nil {
+		return fromRPC(ctx, err)
+	}
+	if _, err := stream.Recv(); err != nil && !isEOF(err) {
+		return fromRPC(ctx, err)
+	}
+	return nil
 }
 
 // NewKey returns a random uint64 key, as Reverb's clients use for items,

@@ -6,7 +6,7 @@
 # `import reverb` and an in-process Reverb server work. Prints the venv's
 # python path on stdout; everything else goes to stderr.
 #
-#   py=$(scripts/reverb-env.sh) && "$py" conformance/smoke_reverb_client.py localhost:PORT
+#   py=$(scripts/reverb-env.sh) && "$py" -m pytest conformance
 #
 # The first run downloads about 500 MB from PyPI and takes the venv to about
 # 1.7 GB. REVERB_PYTHON names the interpreter to build it with (default:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # reverie's whole test suite, as CI runs it on a fresh machine. It installs
-# what it needs: Go modules, a pinned staticcheck, and the Python venv with
-# the pinned protoc (scripts/venv.sh).
+# what it needs: Go modules, a pinned staticcheck and grpcurl, the Python
+# venv with the pinned protoc (scripts/venv.sh), and the pinned dm-reverb
+# venv for the conformance legs (scripts/reverb-env.sh).
 #
 #   scripts/test.sh               everything
 #   scripts/test.sh --check-only  static checks and the generated-code check
@@ -36,3 +37,6 @@ go test -race -count=1 -cpu 1,4 -timeout 15m ./...
 
 step "acceptance: grpcurl ServerInfo through reflection"
 scripts/grpcurl-check.sh
+
+step "conformance with Reverb 0.14.0, both ways (scripts/conformance.sh)"
+scripts/conformance.sh
