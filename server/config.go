@@ -36,8 +36,15 @@ type Config struct {
 	// selector.KindCustom. Nil means none.
 	Selectors map[string]selector.Factory
 	// CheckpointDir is where the Checkpoint RPC writes. Empty means the RPC
-	// answers FailedPrecondition.
+	// answers FailedPrecondition. When RestorePath is empty, New restores
+	// the newest complete checkpoint found here, if any.
 	CheckpointDir string
+	// RestorePath names a checkpoint to restore at start: a checkpoint
+	// directory (the path the Checkpoint RPC returned) or its
+	// checkpoint.rvck file. It overrides the automatic restore from
+	// CheckpointDir. See docs/formats.md for what is restored and what the
+	// config decides.
+	RestorePath string
 	// Logger receives the server's structured logs. Nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -69,6 +76,11 @@ type TableExtension = table.Extension
 
 // TableItem is the item a TableExtension hook sees.
 type TableItem = table.Item
+
+// RestoreExtension is a TableExtension that tells items restored from a
+// checkpoint at start from new inserts: the table calls its OnRestore for
+// each restored item instead of OnInsert.
+type RestoreExtension = table.RestoreExtension
 
 // NoopExtension implements TableExtension with hooks that do nothing.
 type NoopExtension = table.NoopExtension

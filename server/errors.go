@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/reverie-rl/reverie/internal/checkpoint"
 	"github.com/reverie-rl/reverie/internal/table"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -23,6 +24,13 @@ var (
 	ErrChunkNotHeld = errors.New("server: chunk not held")
 	// ErrNoCheckpointDir: Checkpoint was called with no directory configured.
 	ErrNoCheckpointDir = errors.New("server: no checkpoint directory configured")
+	// ErrRestore is wrapped by every error New returns because a checkpoint
+	// could not be restored.
+	ErrRestore = errors.New("server: cannot restore checkpoint")
+	// ErrCheckpointCorrupt is wrapped (with ErrRestore) when the checkpoint
+	// file is damaged or truncated: a checksum, a count or the structure
+	// did not check out. Nothing was restored.
+	ErrCheckpointCorrupt = checkpoint.ErrCorrupt
 	// errShuttingDown ends open streams when the server drains.
 	errShuttingDown = errors.New("server: shutting down")
 )

@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"path/filepath"
 	"sort"
 	"sync"
 	"time"
@@ -51,6 +52,19 @@ type Server struct {
 
 	closing   chan struct{} // closed when draining starts
 	closeOnce sync.Once
+
+	ckptRoot string // CheckpointDir made absolute, or ""
+	ckpt     checkpointer
+	// bg tracks the goroutines that write checkpoints; bgCtx ends them
+	// when the server stops hard.
+	bg       sync.WaitGroup
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
+	hooks    struct {
+		// checkpoint, if set, is called at each stage of writing a
+		// checkpoint (tests pause the writer with it).
+		checkpoint func(stage, table string)
+	}
 }
 
 type serverTable struct {
@@ -63,7 +77,9 @@ type serverTable struct {
 type TableStats = table.StatsSnapshot
 
 // New builds a server from cfg. It validates cfg and fails without side
-// effects if it is not valid.
+// effects if it is not valid. It then restores Config.RestorePath, or the
+// newest checkpoint in Config.CheckpointDir, and fails (with an error
+// wrapping ErrRestore) unless the checkpoint is restored whole.
 func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -88,6 +104,17 @@ func New(cfg Config) (*Server, error) {
 		s.names = append(s.names, tc.Name)
 	}
 	sort.Strings(s.names)
+	if cfg.CheckpointDir != "" {
+		abs, err := filepath.Abs(cfg.CheckpointDir)
+		if err != nil {
+			return nil, fmt.Errorf("%w: checkpoint_dir: %v", ErrInvalidConfig, err)
+		}
+		s.ckptRoot = abs
+	}
+	if err := s.restoreAtStart(); err != nil {
+		return nil, err
+	}
+	s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
 
 	s.grpc = grpc.NewServer(
 		// Reverb lifts gRPC's message size limits: an insert request can
@@ -187,6 +214,7 @@ func (s *Server) Serve(l net.Listener) error {
 func (s *Server) startClosing() {
 	s.closeOnce.Do(func() {
 		close(s.closing)
+		s.ckpt.close()
 		s.health.Shutdown()
 		for _, t := range s.tables {
 			t.Close()
@@ -195,30 +223,36 @@ func (s *Server) startClosing() {
 }
 
 // Shutdown drains the server: it stops accepting connections, ends open
-// streams at their next request boundary, and waits for handlers to return.
-// If ctx ends first, it stops at once and returns ctx's error.
+// streams at their next request boundary, and waits for handlers to return
+// and for a checkpoint being written to be finished. If ctx ends first, it
+// stops at once (abandoning such a checkpoint) and returns ctx's error.
 // Shutdown is idempotent.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.startClosing()
 	done := make(chan struct{})
 	go func() {
 		s.grpc.GracefulStop()
+		s.bg.Wait()
 		close(done)
 	}()
 	select {
 	case <-done:
 		return nil
 	case <-ctx.Done():
+		s.bgCancel()
 		s.grpc.Stop()
 		<-done
 		return ctx.Err()
 	}
 }
 
-// Close stops the server at once, cancelling every open stream.
+// Close stops the server at once, cancelling every open stream and
+// abandoning a checkpoint being written (its directory is removed).
 func (s *Server) Close() error {
 	s.startClosing()
+	s.bgCancel()
 	s.grpc.Stop()
+	s.bg.Wait()
 	return nil
 }
 

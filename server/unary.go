@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 
 	"github.com/reverie-rl/reverie/api/reverbpb"
@@ -75,14 +74,6 @@ func (s *Server) Reset(ctx context.Context, req *reverbpb.ResetRequest) (*reverb
 		return nil, toStatus(err)
 	}
 	return &reverbpb.ResetResponse{}, nil
-}
-
-// Checkpoint implements ReverbService.
-func (s *Server) Checkpoint(ctx context.Context, _ *reverbpb.CheckpointRequest) (*reverbpb.CheckpointResponse, error) {
-	if s.cfg.CheckpointDir == "" {
-		return nil, toStatus(ErrNoCheckpointDir)
-	}
-	return nil, toStatus(fmt.Errorf("checkpoints are not implemented yet (checkpoint_dir %q)", s.cfg.CheckpointDir))
 }
 
 // InitializeConnection implements ReverbService. Reverb uses it to hand a

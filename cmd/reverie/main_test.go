@@ -3,18 +3,21 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/reverie-rl/reverie/api/reverbpb"
+	"github.com/reverie-rl/reverie/api/tensorflowpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
@@ -54,6 +57,13 @@ var addrRE = regexp.MustCompile(`addr=\S*:(\d+)`)
 // serve starts "reverie serve args..." and waits for it to report its port.
 func serve(t *testing.T, args ...string) *proc {
 	t.Helper()
+	return serveWait(t, 20*time.Second, args...)
+}
+
+// serveWait is serve with a longer wait for a server that restores a big
+// checkpoint first.
+func serveWait(t *testing.T, wait time.Duration, args ...string) *proc {
+	t.Helper()
 	cmd := exec.Command(binary, append([]string{"serve", "--listen", "localhost:0"}, args...)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -85,7 +95,7 @@ func serve(t *testing.T, args ...string) *proc {
 	case p.addr = <-ready:
 	case err := <-p.done:
 		t.Fatalf("reverie exited early: %v\n%s", err, drain(p.logs))
-	case <-time.After(20 * time.Second):
+	case <-time.After(wait):
 		t.Fatalf("reverie did not report its address\n%s", drain(p.logs))
 	}
 	return p
@@ -280,4 +290,343 @@ func TestUsage(t *testing.T) {
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "unknown command") {
 		t.Fatalf("unknown command: %v\n%s", err, out)
 	}
+}
+
+// insertItems inserts one item per key into table, each with its own
+// one-row chunk whose payload is the key repeated, on one stream.
+func insertItems(t *testing.T, conn *grpc.ClientConn, table string, keys ...uint64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := reverbpb.NewReverbServiceClient(conn).InsertStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		err := st.Send(&reverbpb.InsertStreamRequest{
+			Chunks: []*reverbpb.ChunkData{{
+				ChunkKey:      k,
+				SequenceRange: &reverbpb.SequenceRange{EpisodeId: k},
+				Data: &reverbpb.ChunkData_Data{Tensors: []*tensorflowpb.TensorProto{{
+					Dtype:         tensorflowpb.DataType_DT_FLOAT,
+					TensorShape:   &tensorflowpb.TensorShapeProto{Dim: []*tensorflowpb.TensorShapeProto_Dim{{Size: 1}}},
+					TensorContent: []byte(fmt.Sprintf("%04d", k%10000)),
+				}}},
+				DataTensorsLen: 1,
+			}},
+			Items: []*reverbpb.PrioritizedItem{{
+				Key: k, Table: table, Priority: 1,
+				FlatTrajectory: &reverbpb.FlatTrajectory{Columns: []*reverbpb.FlatTrajectory_Column{{
+					ChunkSlices: []*reverbpb.FlatTrajectory_ChunkSlice{{ChunkKey: k, Length: 1}},
+				}}},
+			}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	st.CloseSend()
+	n := 0
+	for n < len(keys) {
+		resp, err := st.Recv()
+		if err != nil {
+			t.Fatalf("after %d confirmations: %v", n, err)
+		}
+		n += len(resp.GetKeys())
+	}
+}
+
+func tableInfo(t *testing.T, conn *grpc.ClientConn) []*reverbpb.TableInfo {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	info, err := reverbpb.NewReverbServiceClient(conn).ServerInfo(ctx, &reverbpb.ServerInfoRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.GetTableInfo()
+}
+
+func checkpointRPC(t *testing.T, conn *grpc.ClientConn) string {
+	t.Helper()
+	resp, err := reverbpb.NewReverbServiceClient(conn).Checkpoint(context.Background(), &reverbpb.CheckpointRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.GetCheckpointPath()
+}
+
+func (p *proc) kill(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("reverie did not die on SIGKILL")
+	}
+}
+
+func logsContain(p *proc, want string) (string, bool) {
+	logs := drain(p.logs)
+	return logs, strings.Contains(logs, want)
+}
+
+// TestCheckpointSurvivesKill: items inserted and checkpointed come back
+// after the server is killed with SIGKILL and started again on the same
+// --checkpoint-dir; a damaged checkpoint stops the server from starting.
+func TestCheckpointSurvivesKill(t *testing.T) {
+	dir := t.TempDir()
+	p := serve(t, "--checkpoint-dir", dir)
+	conn := dial(t, p.addr)
+	insertItems(t, conn, "replay", 1, 2, 3)
+	path := checkpointRPC(t, conn)
+	if filepath.Dir(path) != dir {
+		t.Fatalf("checkpoint path %s not in %s", path, dir)
+	}
+	insertItems(t, conn, "replay", 4) // after the checkpoint: lost
+	before := tableInfo(t, conn)
+	p.kill(t)
+
+	p = serve(t, "--checkpoint-dir", dir)
+	conn = dial(t, p.addr)
+	after := tableInfo(t, conn)
+	if after[0].GetCurrentSize() != 3 || after[0].GetRateLimiterInfo().GetInsertStats().GetCompleted() != 3 ||
+		before[0].GetCurrentSize() != 4 {
+		t.Fatalf("after restart: %v (before the kill: %v)", after[0], before[0])
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := reverbpb.NewReverbServiceClient(conn).SampleStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&reverbpb.SampleStreamRequest{Table: "replay", NumSamples: 1}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := st.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := resp.GetEntries()[0]
+	k := e.GetInfo().GetItem().GetKey()
+	if got := string(e.GetData()[0].GetData().GetTensors()[0].GetTensorContent()); k < 1 || k > 3 || got != fmt.Sprintf("%04d", k) {
+		t.Fatalf("sampled key %d with payload %q", k, got)
+	}
+	st.CloseSend()
+	if logs, ok := logsContain(p, "checkpoint restored"); !ok {
+		t.Errorf("no restore in the logs:\n%s", logs)
+	}
+	p.stop(t, syscall.SIGTERM)
+
+	// Damage the checkpoint: neither the automatic restore nor --restore
+	// starts, and the error names the file.
+	file := filepath.Join(path, "checkpoint.rvck")
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[len(data)-10] ^= 0xff
+	if err := os.WriteFile(file, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"--checkpoint-dir", dir}, {"--restore", path}} {
+		out, err := exec.Command(binary, append([]string{"serve", "--listen", "localhost:0"}, args...)...).CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+			t.Fatalf("%v: exit %v, want status 1\n%s", args, err, out)
+		}
+		for _, want := range []string{file, "corrupt", "byte offset", "not starting"} {
+			if !strings.Contains(string(out), want) {
+				t.Fatalf("%v: output does not mention %q:\n%s", args, want, out)
+			}
+		}
+	}
+}
+
+// procStatus returns a field of /proc/PID/status in bytes (VmRSS, VmHWM).
+func procStatus(t *testing.T, pid int, field string) int64 {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
+			var kb int64
+			fmt.Sscanf(strings.TrimSpace(rest), "%d kB", &kb)
+			return kb << 10
+		}
+	}
+	t.Fatalf("no %s in /proc/%d/status", field, pid)
+	return 0
+}
+
+// peakRSS returns the peak RSS of process pid since the last call (or its
+// start), and resets it (Linux: clear_refs 5).
+func peakRSS(t *testing.T, pid int) int64 {
+	t.Helper()
+	peak := procStatus(t, pid, "VmHWM")
+	if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0); err != nil {
+		t.Logf("cannot reset the peak RSS: %v", err)
+	}
+	return peak
+}
+
+type benchFigures struct {
+	Items       int64   `json:"items"`
+	ItemsPerSec float64 `json:"items_per_sec"`
+	P50Ms       float64 `json:"p50_ms"`
+	P99Ms       float64 `json:"p99_ms"`
+	P999Ms      float64 `json:"p999_ms"`
+	MaxMs       float64 `json:"max_ms"`
+	Errors      int64   `json:"errors"`
+}
+
+func (f *benchFigures) String() string {
+	if f == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%d items, %.0f/s, p50 %.2f ms, p99 %.2f ms, p999 %.2f ms, max %.2f ms, %d errors",
+		f.Items, f.ItemsPerSec, f.P50Ms, f.P99Ms, f.P999Ms, f.MaxMs, f.Errors)
+}
+
+// runBenchJSON runs "reverie bench ... --json" and returns its figures.
+func runBenchJSON(t *testing.T, p *proc, args ...string) (insert, sample *benchFigures) {
+	t.Helper()
+	cmd := exec.Command(binary, append([]string{"bench", "--json"}, args...)...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("reverie bench %v: %v\n%s\nserver logs:\n%s", args, err, stderr.String(), drain(p.logs))
+	}
+	var rep struct {
+		Insert *benchFigures `json:"insert"`
+		Sample *benchFigures `json:"sample"`
+	}
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatalf("bench output: %v\n%s", err, out)
+	}
+	return rep.Insert, rep.Sample
+}
+
+// logLine returns the last line of p's logs so far that contains msg.
+func logLine(p *proc, msg string) string {
+	line := ""
+	for _, l := range strings.Split(drain(p.logs), "\n") {
+		if strings.Contains(l, msg) {
+			line = l
+		}
+	}
+	return line
+}
+
+// TestCheckpointLarge is the acceptance run of checkpoints at scale, too
+// big for every "go test": set REVERIE_CHECKPOINT_LARGE_GB (e.g. 2) to fill
+// a uniform table with that many GiB of 4000-byte items through
+// "reverie bench", then measure "reverie bench --mode mixed" for 20 s
+// without and with a checkpoint running, a quiet checkpoint's time and
+// size, the server's peak RSS, and the time to restore it after SIGKILL,
+// which must give an identical ServerInfo. It needs about three times the
+// data in RAM and twice in disk (REVERIE_CHECKPOINT_LARGE_DIR, default a
+// test temp dir). Run it with -v -timeout 60m -run TestCheckpointLarge.
+func TestCheckpointLarge(t *testing.T) {
+	gbStr := os.Getenv("REVERIE_CHECKPOINT_LARGE_GB")
+	if gbStr == "" {
+		t.Skip("set REVERIE_CHECKPOINT_LARGE_GB=2 to run")
+	}
+	gb, err := strconv.ParseFloat(gbStr, 64)
+	if err != nil || gb <= 0 {
+		t.Fatalf("REVERIE_CHECKPOINT_LARGE_GB=%q", gbStr)
+	}
+	const payload = 4000
+	items := int64(gb*(1<<30))/payload + 1
+	dir := os.Getenv("REVERIE_CHECKPOINT_LARGE_DIR")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	ckdir := filepath.Join(dir, "checkpoints")
+	cfgFile := filepath.Join(dir, "large.yaml")
+	cfg := fmt.Sprintf("tables:\n  - name: replay\n    sampler: uniform\n    remover: fifo\n    max_size: %d\n    rate_limiter: {min_size: 1}\n", items)
+	if err := os.WriteFile(cfgFile, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := serveWait(t, time.Minute, "--config", cfgFile, "--checkpoint-dir", ckdir)
+	pid := p.cmd.Process.Pid
+	conn := dial(t, p.addr)
+	common := []string{"--addr", p.addr, "--payload", strconv.Itoa(payload), "--clients", "2"}
+
+	start := time.Now()
+	ins, _ := runBenchJSON(t, p, append([]string{"--mode", "insert", "--items", strconv.FormatInt(items, 10)}, common...)...)
+	t.Logf("fill: %s in %v; server RSS %d MiB", ins, time.Since(start).Round(time.Millisecond), procStatus(t, pid, "VmRSS")>>20)
+	if size := tableInfo(t, conn)[0].GetCurrentSize(); size != items {
+		t.Fatalf("table holds %d items after the fill, want %d", size, items)
+	}
+
+	mixed := append([]string{"--mode", "mixed", "--duration", "20s"}, common...)
+	bi, bs := runBenchJSON(t, p, mixed...)
+	t.Logf("mixed load, no checkpoint:     insert %s", bi)
+	t.Logf("                               sample %s", bs)
+	t.Logf("peak RSS so far %d MiB", peakRSS(t, pid)>>20)
+
+	type result struct {
+		path string
+		dur  time.Duration
+	}
+	during := make(chan result, 1)
+	go func() {
+		time.Sleep(3 * time.Second)
+		t0 := time.Now()
+		path := checkpointRPC(t, conn)
+		during <- result{path, time.Since(t0)}
+	}()
+	di, ds := runBenchJSON(t, p, mixed...)
+	r := <-during
+	t.Logf("mixed load, checkpoint at 3 s: insert %s", di)
+	t.Logf("                               sample %s", ds)
+	t.Logf("checkpoint under load: %v; peak RSS during the load %d MiB; %s", r.dur.Round(time.Millisecond), peakRSS(t, pid)>>20, logLine(p, "checkpoint written"))
+
+	before := tableInfo(t, conn)
+	t.Logf("RSS before the quiet checkpoint %d MiB", procStatus(t, pid, "VmRSS")>>20)
+	peakRSS(t, pid)
+	t0 := time.Now()
+	path := checkpointRPC(t, conn)
+	quiet := time.Since(t0)
+	st, err := os.Stat(filepath.Join(path, "checkpoint.rvck"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("quiet checkpoint of %d items: %v, file %d bytes (%.2f GiB); server peak RSS during it %d MiB, RSS now %d MiB; %s",
+		before[0].GetCurrentSize(), quiet.Round(time.Millisecond), st.Size(), float64(st.Size())/(1<<30),
+		peakRSS(t, pid)>>20, procStatus(t, pid, "VmRSS")>>20, logLine(p, "checkpoint written"))
+	if st.Size() < int64(gb*(1<<30)) {
+		t.Errorf("checkpoint file is smaller than %v GiB", gb)
+	}
+	p.kill(t)
+
+	t0 = time.Now()
+	p = serveWait(t, 30*time.Minute, "--config", cfgFile, "--checkpoint-dir", ckdir)
+	restore := time.Since(t0)
+	conn = dial(t, p.addr)
+	after := tableInfo(t, conn)
+	for i := range before {
+		if !proto.Equal(before[i], after[i]) {
+			t.Fatalf("after restore:\n got %v\nwant %v", after[i], before[i])
+		}
+	}
+	restoredLine := logLine(p, "checkpoint restored")
+	t.Logf("restore after SIGKILL: serving after %v; peak RSS %d MiB; %s", restore.Round(time.Millisecond), procStatus(t, p.cmd.Process.Pid, "VmHWM")>>20, restoredLine)
+	select {
+	case err := <-p.done:
+		t.Fatalf("restored server exited: %v", err)
+	default:
+	}
+	// Uniform sampling over the same items.
+	_, s := runBenchJSON(t, p, "--mode", "sample", "--items", "1000", "--addr", p.addr, "--payload", strconv.Itoa(payload))
+	if s.Errors != 0 || s.Items != 1000 {
+		t.Fatalf("sampling the restored table: %s", s)
+	}
+	t.Logf("sampled the restored table: %s", s)
+	p.stop(t, syscall.SIGTERM)
 }

@@ -22,6 +22,8 @@ func runServe(args []string) int {
 	listen := fs.String("listen", "", "listen address, overriding port: host:port or unix:///path/sock")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	checkpointDir := fs.String("checkpoint-dir", "", "directory the Checkpoint RPC writes to (overrides the config's checkpoint_dir); at start the newest complete checkpoint in it is restored unless --restore is given")
+	restore := fs.String("restore", "", "restore this checkpoint at start: a checkpoint directory (as the Checkpoint RPC returns it) or its checkpoint.rvck file; the server refuses to start if it cannot be restored whole")
 	drain := fs.Duration("shutdown-timeout", 10*time.Second, "how long a signal lets open streams drain before the server stops hard")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -49,9 +51,17 @@ func runServe(args []string) int {
 	if *listen != "" {
 		cfg.Listen = *listen
 	}
+	if *checkpointDir != "" {
+		cfg.CheckpointDir = *checkpointDir
+	}
+	cfg.RestorePath = *restore
 	cfg.Logger = log
 
 	srv, err := server.New(cfg)
+	if errors.Is(err, server.ErrRestore) {
+		log.Error("cannot restore checkpoint; not starting (pass --restore with another checkpoint, or move the bad one away)", "err", err)
+		return 1
+	}
 	if err != nil {
 		log.Error("bad config", "err", err)
 		return 1

@@ -14,6 +14,11 @@ type Item struct {
 	// InsertedAt is the Unix time in nanoseconds when the table first took
 	// the item.
 	InsertedAt int64
+	// Seq orders the items of a table by insertion: the table numbers items
+	// from a counter as it takes them (a priority update keeps the number).
+	// Checkpoints store items in Seq order, which rebuilds FIFO and LIFO
+	// order on restore.
+	Seq uint64
 	// Trajectory names the chunk rows of each column.
 	Trajectory *reverbpb.FlatTrajectory
 	// Chunks holds one reference to each distinct chunk the trajectory

@@ -12,7 +12,7 @@ type Stats struct {
 	s  StatsSnapshot // guarded by mu
 }
 
-var _ Extension = (*Stats)(nil)
+var _ RestoreExtension = (*Stats)(nil)
 
 // StatsSnapshot is a copy of a Stats' figures.
 type StatsSnapshot struct {
@@ -42,6 +42,15 @@ func NewStats() *Stats { return &Stats{} }
 func (s *Stats) OnInsert(item *Item) {
 	s.mu.Lock()
 	s.s.Inserts++
+	s.s.Items++
+	s.s.PrioritySum += item.Priority
+	s.mu.Unlock()
+}
+
+// OnRestore implements RestoreExtension: a restored item is held, but was
+// not inserted since the statistics started.
+func (s *Stats) OnRestore(item *Item) {
+	s.mu.Lock()
 	s.s.Items++
 	s.s.PrioritySum += item.Priority
 	s.mu.Unlock()

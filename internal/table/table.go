@@ -90,8 +90,16 @@ type Table struct {
 		episodes           map[uint64]int64 // episode id -> chunk refs of live items
 		numDeletedEpisodes int64
 		numUniqueSamples   int64
+		nextSeq            uint64 // Seq of the next new item
+		restoring          bool   // between BeginRestore and FinishRestore
 		inserts            waitQueue[*insertWaiter]
 		samples            waitQueue[*sampleWaiter]
+	}
+
+	// hooks lets tests of this package observe snapshots at exact points.
+	hooks struct {
+		onSnapshot func()         // under the lock, as a snapshot is installed
+		onCapture  func(page int) // without the lock, after Capture copied page
 	}
 }
 
@@ -273,7 +281,7 @@ func (t *Table) sampleLocked(out []Sampled, n int, rateLimited bool) []Sampled {
 		if err != nil {
 			break
 		}
-		item := t.mu.items.at(choice.Slot)
+		item := t.mu.items.mutable(choice.Slot)
 		item.TimesSampled++
 		if item.TimesSampled == 1 {
 			t.mu.numUniqueSamples++
@@ -298,7 +306,7 @@ func (t *Table) sampleLocked(out []Sampled, n int, rateLimited bool) []Sampled {
 // applyInsertLocked puts item in the table. The rate limiter has admitted it.
 func (t *Table) applyInsertLocked(item *Item) {
 	if slot, ok := t.mu.keys.get(item.Key); ok {
-		old := t.mu.items.at(slot)
+		old := t.mu.items.mutable(slot)
 		prev := old.Priority
 		old.Priority = item.Priority
 		t.updateSelectorsLocked(slot, old.Priority)
@@ -314,6 +322,8 @@ func (t *Table) applyInsertLocked(item *Item) {
 	*it = *item
 	it.InsertedAt = t.now()
 	it.TimesSampled = 0
+	it.Seq = t.mu.nextSeq
+	t.mu.nextSeq++
 	t.mu.keys.put(it.Key, slot)
 	// Priorities were checked before the item was queued and slots are new,
 	// so neither selector can refuse.
@@ -348,7 +358,7 @@ func (t *Table) updateSelectorsLocked(slot selector.Slot, priority float64) {
 
 // deleteLocked removes the item in slot and drops its chunk references.
 func (t *Table) deleteLocked(slot selector.Slot) {
-	item := t.mu.items.at(slot)
+	item := t.mu.items.mutable(slot)
 	t.mu.keys.delete(item.Key)
 	_ = t.mu.sampler.Delete(slot)
 	_ = t.mu.remover.Delete(slot)
@@ -420,7 +430,7 @@ func (t *Table) MutatePriorities(updates []KeyPriority, deletes []uint64) error 
 		if !ok {
 			continue
 		}
-		item := t.mu.items.at(slot)
+		item := t.mu.items.mutable(slot)
 		prev := item.Priority
 		item.Priority = u.Priority
 		t.updateSelectorsLocked(slot, item.Priority)
@@ -446,7 +456,7 @@ func (t *Table) Reset() error {
 		}
 	})
 	t.mu.keys.reset()
-	t.mu.items.reset()
+	t.mu.items.reset() // completes an installed snapshot first
 	t.mu.sampler.Clear()
 	t.mu.remover.Clear()
 	t.mu.limiter.Reset()
@@ -502,6 +512,10 @@ type Info struct {
 func (t *Table) Info() Info {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.infoLocked()
+}
+
+func (t *Table) infoLocked() Info {
 	ins, smp, del := t.mu.limiter.Counts()
 	return Info{
 		Name:               t.name,

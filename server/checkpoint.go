@@ -1,0 +1,428 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/reverie-rl/reverie/api/reverbpb"
+	"github.com/reverie-rl/reverie/internal/checkpoint"
+	"github.com/reverie-rl/reverie/internal/chunkstore"
+	"github.com/reverie-rl/reverie/internal/table"
+	"github.com/reverie-rl/reverie/selector"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// checkpointer runs one checkpoint at a time. A Checkpoint call that
+// arrives while one is being written waits for it to end and then shares
+// the next one with every other call that arrived meanwhile: each caller
+// gets a checkpoint begun after its call, and a burst of calls costs two
+// checkpoints, not one per call.
+type checkpointer struct {
+	mu      sync.Mutex
+	running bool
+	closed  bool
+	next    *checkpointRun // waits for the running one; nil if none
+}
+
+type checkpointRun struct {
+	done    chan struct{}
+	waiters int // calls waiting for this run
+	dir     string
+	err     error
+}
+
+func (c *checkpointer) close() {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+}
+
+// join returns the run a new Checkpoint call waits for, starting the writer
+// goroutine if none is running.
+func (s *Server) joinCheckpoint() (*checkpointRun, error) {
+	c := &s.ckpt
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, errShuttingDown
+	}
+	if c.running {
+		if c.next == nil {
+			c.next = &checkpointRun{done: make(chan struct{})}
+		}
+		c.next.waiters++
+		return c.next, nil
+	}
+	c.running = true
+	r := &checkpointRun{done: make(chan struct{})}
+	s.bg.Add(1)
+	go s.checkpointLoop(r)
+	return r, nil
+}
+
+func (s *Server) checkpointLoop(r *checkpointRun) {
+	defer s.bg.Done()
+	for r != nil {
+		r.dir, r.err = s.writeCheckpoint(s.bgCtx)
+		close(r.done)
+		s.ckpt.mu.Lock()
+		r, s.ckpt.next = s.ckpt.next, nil
+		if r == nil {
+			s.ckpt.running = false
+		}
+		s.ckpt.mu.Unlock()
+	}
+}
+
+// Checkpoint implements ReverbService: it writes a checkpoint of every
+// table to a new directory under CheckpointDir and returns the directory's
+// absolute path. Inserts and samples go on while it is written. The
+// checkpoint is written by a goroutine of the server, so a caller that
+// gives up does not abandon it.
+func (s *Server) Checkpoint(ctx context.Context, _ *reverbpb.CheckpointRequest) (*reverbpb.CheckpointResponse, error) {
+	if s.ckptRoot == "" {
+		return nil, toStatus(ErrNoCheckpointDir)
+	}
+	r, err := s.joinCheckpoint()
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		return nil, toStatus(ctx.Err())
+	}
+	if r.err != nil {
+		return nil, toStatus(r.err)
+	}
+	return &reverbpb.CheckpointResponse{CheckpointPath: r.dir}, nil
+}
+
+func (s *Server) checkpointHook(stage, table string) {
+	if s.hooks.checkpoint != nil {
+		s.hooks.checkpoint(stage, table)
+	}
+}
+
+// writeCheckpoint writes one checkpoint and prunes the older ones. See
+// docs/formats.md for the design.
+func (s *Server) writeCheckpoint(ctx context.Context) (string, error) {
+	start := time.Now()
+	ts := make([]*table.Table, len(s.names))
+	for i, name := range s.names {
+		ts[i] = s.tables[name].Table
+	}
+	// One instant for every table: BeginSnapshots holds all their locks
+	// at once, for the time it takes to record counters.
+	snaps, err := table.BeginSnapshots(ts...)
+	if err != nil {
+		if errors.Is(err, table.ErrClosed) {
+			return "", errShuttingDown
+		}
+		return "", fmt.Errorf("checkpoint: %w", err)
+	}
+	defer func() {
+		for _, sn := range snaps {
+			sn.Release() // stops copy-on-write if we fail early
+		}
+	}()
+	s.checkpointHook("snapshot", "")
+
+	w, err := checkpoint.Create(s.ckptRoot, start)
+	if err != nil {
+		return "", err
+	}
+	var items, chunkBytes int64
+	var cs table.SnapshotStats // summed over the tables; MaxHold is the max
+	for i, sn := range snaps {
+		st := s.tables[s.names[i]]
+		sn.Capture()
+		cs.Pages += sn.Stats.Pages
+		cs.CopiedOnWrite += sn.Stats.CopiedOnWrite
+		cs.Capture += sn.Stats.Capture
+		cs.MaxHold = max(cs.MaxHold, sn.Stats.MaxHold)
+		s.checkpointHook("captured", st.Name())
+		if ctx.Err() != nil {
+			w.Abort()
+			return "", fmt.Errorf("checkpoint abandoned: %w", errShuttingDown)
+		}
+		w.BeginTable(tableCheckpointHeader(sn.Info, st.cfg))
+		n := 0
+		for it := range sn.Items() {
+			for _, c := range it.Chunks {
+				if !w.HasChunk(c.Key()) {
+					w.Chunk(c.Data())
+					chunkBytes += int64(c.Size())
+				}
+			}
+			err := w.Item(&reverbpb.PrioritizedItem{
+				Key:            it.Key,
+				Table:          st.Name(),
+				Priority:       it.Priority,
+				TimesSampled:   it.TimesSampled,
+				InsertedAt:     timestamppb.New(time.Unix(0, it.InsertedAt)),
+				FlatTrajectory: it.Trajectory,
+			})
+			if err != nil {
+				break
+			}
+			if n++; n == 1 {
+				s.checkpointHook("item", st.Name())
+			}
+			if n%1024 == 0 && ctx.Err() != nil {
+				w.Abort()
+				return "", fmt.Errorf("checkpoint abandoned: %w", errShuttingDown)
+			}
+		}
+		if err := w.EndTable(); err != nil {
+			w.Abort()
+			return "", err
+		}
+		items += int64(n)
+		sn.Release()
+		s.checkpointHook("table-end", st.Name())
+	}
+	written := time.Now()
+	dir, err := w.Commit()
+	if err != nil {
+		return "", err
+	}
+	synced := time.Since(written)
+	if err := checkpoint.Prune(s.ckptRoot, dir); err != nil {
+		s.log.Warn("checkpoint written, but older checkpoints could not all be removed", "dir", dir, "err", err)
+	}
+	size := int64(-1)
+	if fi, err := os.Stat(filepath.Join(dir, checkpoint.FileName)); err == nil {
+		size = fi.Size()
+	}
+	s.log.Info("checkpoint written", "dir", dir, "tables", len(snaps), "items", items,
+		"chunk_bytes", chunkBytes, "file_bytes", size, "duration", time.Since(start).String(),
+		"pages", cs.Pages, "pages_copied_on_write", cs.CopiedOnWrite, "capture", cs.Capture.String(),
+		"max_lock_hold", cs.MaxHold.String(), "fsync_and_rename", synced.String())
+	return dir, nil
+}
+
+// tableCheckpointHeader describes a table as of its snapshot.
+func tableCheckpointHeader(info table.Info, tc TableConfig) *reverbpb.PriorityTableCheckpoint {
+	h := &reverbpb.PriorityTableCheckpoint{
+		TableName: info.Name,
+		RateLimiter: &reverbpb.RateLimiterCheckpoint{
+			SamplesPerInsert: info.RateLimiter.SamplesPerInsert,
+			MinDiff:          info.RateLimiter.MinDiff,
+			MaxDiff:          info.RateLimiter.MaxDiff,
+			MinSizeToSample:  info.RateLimiter.MinSizeToSample,
+			SampleCount:      info.Samples,
+			InsertCount:      info.Inserts,
+			DeleteCount:      info.Deletes,
+		},
+		Sampler:            SelectorSpecToProto(info.Sampler),
+		Remover:            SelectorSpecToProto(info.Remover),
+		MaxSize:            info.MaxSize,
+		MaxTimesSampled:    info.MaxTimesSampled,
+		NumDeletedEpisodes: info.NumDeletedEpisodes,
+		NumUniqueSamples:   info.NumUniqueSamples,
+	}
+	if tc.Signature != nil {
+		h.Signature = tc.Signature
+	}
+	return h
+}
+
+// restoreAtStart restores Config.RestorePath, or else the newest complete
+// checkpoint in CheckpointDir, if any.
+func (s *Server) restoreAtStart() error {
+	path := s.cfg.RestorePath
+	if path == "" && s.ckptRoot != "" {
+		latest, err := checkpoint.Latest(s.ckptRoot)
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrRestore, err)
+		}
+		path = latest
+	}
+	if path == "" {
+		return nil
+	}
+	if err := s.restore(path); err != nil {
+		return fmt.Errorf("%w: %w", ErrRestore, err)
+	}
+	return nil
+}
+
+// restore loads the checkpoint at path into the new, unserved tables. It
+// verifies the whole file before it applies anything; an error leaves the
+// server unusable, and New discards it.
+func (s *Server) restore(path string) error {
+	start := time.Now()
+	file, err := checkpoint.Resolve(path)
+	if err != nil {
+		return err
+	}
+	sum, err := checkpoint.Verify(file)
+	if err != nil {
+		return err
+	}
+	verified := time.Since(start)
+	var unknown []string
+	var lost int64
+	for _, ts := range sum.Tables {
+		if _, ok := s.tables[ts.Header.GetTableName()]; !ok {
+			unknown = append(unknown, fmt.Sprintf("%q (%d items)", ts.Header.GetTableName(), ts.Items))
+			lost += ts.Items
+		}
+	}
+	if len(unknown) > 0 {
+		return fmt.Errorf("checkpoint %s holds table(s) %s that the config does not declare; "+
+			"refusing to start rather than drop %d items: declare the tables, or restore another checkpoint",
+			file, strings.Join(unknown, ", "), lost)
+	}
+	restored := make(map[string]bool, len(sum.Tables))
+	for _, ts := range sum.Tables {
+		name := ts.Header.GetTableName()
+		restored[name] = true
+		if diffs := optionDiffs(ts.Header, s.tables[name].cfg); len(diffs) > 0 {
+			s.log.Warn("checkpoint table options differ from the config; the config wins",
+				"table", name, "differences", strings.Join(diffs, "; "))
+		}
+	}
+	for _, name := range s.names {
+		if !restored[name] {
+			s.log.Info("table is not in the checkpoint; it starts empty", "table", name, "checkpoint", file)
+		}
+	}
+
+	chunks := make(map[uint64]*chunkstore.Chunk, sum.Chunks)
+	defer func() {
+		// Items took their own references; drop the loader's.
+		for _, c := range chunks {
+			c.Unref()
+		}
+	}()
+	var cur *serverTable
+	var hdr *reverbpb.PriorityTableCheckpoint
+	_, err = checkpoint.Read(file, func(r *checkpoint.Record) error {
+		switch r.Kind {
+		case checkpoint.KindTable:
+			hdr, cur = r.Table, s.tables[r.Table.GetTableName()]
+			return cur.BeginRestore()
+		case checkpoint.KindChunk:
+			chunks[r.Chunk.GetChunkKey()] = s.chunks.Insert(r.Chunk)
+		case checkpoint.KindItem:
+			return restoreItem(cur, r, chunks)
+		case checkpoint.KindTableEnd:
+			rl := hdr.GetRateLimiter()
+			rep := cur.FinishRestore(table.RestoreCounters{
+				Inserts:            rl.GetInsertCount(),
+				Samples:            rl.GetSampleCount(),
+				NumDeletedEpisodes: hdr.GetNumDeletedEpisodes(),
+				NumUniqueSamples:   hdr.GetNumUniqueSamples(),
+			})
+			if rep.Inserts != rl.GetInsertCount() || rep.Deletes != rl.GetDeleteCount() {
+				s.log.Warn("checkpoint rate limiter counters disagree with its items; set so that the limiter counts the items loaded",
+					"table", cur.Name(), "items", rep.Loaded,
+					"checkpoint_inserts", rl.GetInsertCount(), "checkpoint_deletes", rl.GetDeleteCount(),
+					"inserts", rep.Inserts, "deletes", rep.Deletes)
+			}
+			if rep.OverSampled > 0 || rep.Evicted > 0 {
+				s.log.Warn("restored items removed to meet the config", "table", cur.Name(),
+					"over_max_times_sampled", rep.OverSampled, "evicted_over_max_size", rep.Evicted,
+					"max_size", cur.cfg.MaxSize, "max_times_sampled", cur.cfg.MaxTimesSampled)
+			}
+			s.log.Info("table restored", "table", cur.Name(), "items", rep.Loaded-rep.OverSampled-rep.Evicted,
+				"inserts", rep.Inserts, "samples", rep.Samples)
+			cur, hdr = nil, nil
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	s.log.Info("checkpoint restored", "path", file, "tables", len(sum.Tables), "items", sum.Items,
+		"chunks", sum.Chunks, "file_bytes", sum.Size, "duration", time.Since(start).String(), "verify", verified.String())
+	return nil
+}
+
+func restoreItem(t *serverTable, r *checkpoint.Record, chunks map[uint64]*chunkstore.Chunk) error {
+	pi := r.Item
+	var cs []*chunkstore.Chunk
+	for _, col := range pi.GetFlatTrajectory().GetColumns() {
+		for _, sl := range col.GetChunkSlices() {
+			c := chunks[sl.GetChunkKey()] // Verify checked that it is there
+			if !containsChunk(cs, c) {
+				cs = append(cs, c)
+			}
+		}
+	}
+	for _, c := range cs {
+		c.Ref()
+	}
+	var insertedAt int64
+	if pi.GetInsertedAt() != nil {
+		insertedAt = pi.GetInsertedAt().AsTime().UnixNano()
+	}
+	err := t.RestoreItem(table.Item{
+		Key:          pi.GetKey(),
+		Priority:     pi.GetPriority(),
+		TimesSampled: pi.GetTimesSampled(),
+		InsertedAt:   insertedAt,
+		Trajectory:   pi.GetFlatTrajectory(),
+		Chunks:       cs,
+	})
+	if err != nil {
+		for _, c := range cs {
+			c.Unref()
+		}
+		return fmt.Errorf("table %q: item record at byte offset %d: %w", t.Name(), r.Offset, err)
+	}
+	return nil
+}
+
+// optionDiffs lists the table options on which a checkpoint and the config
+// disagree.
+func optionDiffs(h *reverbpb.PriorityTableCheckpoint, tc TableConfig) []string {
+	var d []string
+	for _, sel := range []struct {
+		name string
+		ckpt *reverbpb.KeyDistributionOptions
+		cfg  selector.Spec
+	}{{"sampler", h.GetSampler(), tc.Sampler}, {"remover", h.GetRemover(), tc.Remover}} {
+		ckpt := "none"
+		if spec, err := SelectorSpecFromProto(sel.ckpt); err == nil {
+			ckpt = specString(spec)
+		}
+		if cfg := specString(sel.cfg); ckpt != cfg {
+			d = append(d, fmt.Sprintf("%s: checkpoint %s, config %s", sel.name, ckpt, cfg))
+		}
+	}
+	if h.GetMaxSize() != tc.MaxSize {
+		d = append(d, fmt.Sprintf("max_size: checkpoint %d, config %d", h.GetMaxSize(), tc.MaxSize))
+	}
+	if h.GetMaxTimesSampled() != tc.MaxTimesSampled {
+		d = append(d, fmt.Sprintf("max_times_sampled: checkpoint %d, config %d", h.GetMaxTimesSampled(), tc.MaxTimesSampled))
+	}
+	rl := h.GetRateLimiter()
+	ckptRL := RateLimiter{SamplesPerInsert: rl.GetSamplesPerInsert(), MinSizeToSample: rl.GetMinSizeToSample(), MinDiff: rl.GetMinDiff(), MaxDiff: rl.GetMaxDiff()}
+	if ckptRL != tc.RateLimiter {
+		d = append(d, fmt.Sprintf("rate_limiter: checkpoint %+v, config %+v", ckptRL, tc.RateLimiter))
+	}
+	if !proto.Equal(h.GetSignature(), tc.Signature) {
+		d = append(d, "signature: differs")
+	}
+	return d
+}
+
+func specString(s selector.Spec) string {
+	switch s.Kind {
+	case selector.KindPrioritized:
+		return fmt.Sprintf("prioritized(priority_exponent=%v)", s.PriorityExponent)
+	case selector.KindCustom:
+		return fmt.Sprintf("custom(%s)", s.Name)
+	}
+	return s.Kind.String()
+}

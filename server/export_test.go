@@ -1,0 +1,28 @@
+package server
+
+// SetCheckpointHook makes s call f at each stage of writing a checkpoint:
+// "snapshot" (every table's snapshot begun, nothing copied), "captured"
+// (a table's pages all copied), "item" (its first item written),
+// "table-end". Set it before the Checkpoint calls it should see.
+func SetCheckpointHook(s *Server, f func(stage, table string)) {
+	// Checkpoint goroutines start under ckpt.mu, which orders this write
+	// before their reads.
+	s.ckpt.mu.Lock()
+	defer s.ckpt.mu.Unlock()
+	s.hooks.checkpoint = f
+}
+
+// CheckpointWaiters is the number of Checkpoint calls waiting for the next
+// checkpoint while one is written.
+func CheckpointWaiters(s *Server) int {
+	s.ckpt.mu.Lock()
+	defer s.ckpt.mu.Unlock()
+	if s.ckpt.next == nil {
+		return 0
+	}
+	return s.ckpt.next.waiters
+}
+
+// CheckpointCancelled is closed once s abandons checkpoints being written
+// (Close, or a Shutdown whose context ended).
+func CheckpointCancelled(s *Server) <-chan struct{} { return s.bgCtx.Done() }
