@@ -40,3 +40,6 @@ scripts/grpcurl-check.sh
 
 step "conformance with Reverb 0.14.0, both ways (scripts/conformance.sh)"
 scripts/conformance.sh
+
+step "Python client: pytest python/tests against reverie and Reverb (python/scripts/test.sh)"
+python/scripts/test.sh

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# reverie's Python client against dm-reverb's, both talking to the same
+# `reverie serve` on loopback (python/bench/bench.yaml):
+#
+#   python/bench/run.sh [--rounds N] [--write-docs]
+#
+# Sets up .venv-py (python/scripts/test.sh setup) and .venv-reverb
+# (scripts/reverb-env.sh), builds reverie, starts one server, then runs
+# python/bench/reverb_benchmark.py N times (default 3) with each client,
+# alternating which goes first, each in its own process. Prints every run's
+# JSON line and a markdown table of the medians with reverie/dm-reverb
+# ratios; with --write-docs the table is appended to docs/benchmarks.md as a
+# new section. Raw results are kept in .bin/python-bench/.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+rounds=3
+write_docs=
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --rounds) rounds=$2; shift 2 ;;
+    --write-docs) write_docs=1; shift ;;
+    *) echo "usage: $0 [--rounds N] [--write-docs]" >&2; exit 2 ;;
+  esac
+done
+out="$root/.bin/python-bench"
+rm -rf "$out"
+mkdir -p "$out"
+
+python/scripts/test.sh setup >&2
+reverb_py=$(timeout 1200 scripts/reverb-env.sh)
+timeout 600 go build -o .bin/reverie ./cmd/reverie
+
+.bin/reverie serve --config python/bench/bench.yaml --listen 127.0.0.1:0 \
+  2>"$out/server.log" &
+spid=$!
+trap 'kill -TERM $spid 2>/dev/null; wait $spid 2>/dev/null' EXIT
+addr=
+for _ in $(seq 100); do
+  addr=$(sed -n 's/.*msg="reverie serving" addr=\([^ ]*\).*/\1/p' "$out/server.log" | head -1)
+  [[ -n $addr ]] && break
+  sleep 0.1
+done
+[[ -n $addr ]] || { cat "$out/server.log" >&2; echo "bench: reverie serve did not start" >&2; exit 1; }
+echo "bench: reverie serve at $addr (pid $spid), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+
+run_one() {  # run_one CLIENT
+  local py=$root/.venv-py/bin/python
+  [[ $1 == dm-reverb ]] && py=$reverb_py
+  timeout -k 10 300 "$py" python/bench/reverb_benchmark.py --client "$1" \
+    --address "$addr" --server-pid "$spid" 2>>"$out/$1.stderr" | tail -1 | tee -a "$out/results.jsonl"
+}
+for r in $(seq "$rounds"); do
+  if (( r % 2 )); then order=(reverie dm-reverb); else order=(dm-reverb reverie); fi
+  for c in "${order[@]}"; do run_one "$c"; done
+done
+
+"$root/.venv-py/bin/python" - "$out/results.jsonl" "$rounds" "$(cut -d' ' -f1-3 /proc/loadavg)" \
+  >"$out/section.md" <<'EOF'
+import json, statistics, sys, platform, datetime
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+by = {}
+for r in rows:
+  by.setdefault(r['client'], []).append(r)
+def med(client, key):
+  return statistics.median(r[key] for r in by[client])
+rv, dm = by['reverie'][0], by['dm-reverb'][0]
+keys = [
+  ('write_steps_per_s', 'per-step append + create_item, steps/s', '{:,.0f}'),
+  ('write_cpu_us_per_step', 'client CPU per step, µs', '{:.1f}'),
+  ('write_server_cpu_us_per_step', 'server CPU per step, µs', '{:.1f}'),
+  ('batches_per_s', 'sampled batches/s (256 × float32[87])', '{:.0f}'),
+  ('sample_cpu_ms_per_batch', 'client CPU per batch, ms', '{:.2f}'),
+  ('sample_server_cpu_ms_per_batch', 'server CPU per batch, ms', '{:.2f}'),
+]
+print('## Python client: reverie vs dm-reverb (issue 5)\n')
+print('```sh\npython/bench/run.sh --rounds %s --write-docs\n```\n' % sys.argv[2])
+print('Both clients against the same `reverie serve` on loopback, on the same '
+      '2 cores (client and server share them), one process per run, %s rounds '
+      'alternating which client goes first; medians. reverie %s on Python %s '
+      '(numpy, grpcio, protobuf, cramjam; no TensorFlow) vs dm-reverb %s on '
+      'Python %s with TensorFlow 2.15. Measured %s; load average before the '
+      'runs: %s (other jobs shared the machine).\n' % (
+          sys.argv[2], rv['version'], rv['python'], dm['version'],
+          dm['python'], datetime.date.today().isoformat(), sys.argv[3]))
+print('Writes: %d steps of one float32[87] vector, each appended to a '
+      '`trajectory_writer(num_keep_alive_refs=1)` and made an item with '
+      '`create_item` (Acme\'s per-step pattern), then one `flush()`; the same '
+      'code for both clients. Sampling: batches of 256 such items from a '
+      'uniform table of %d, as numpy arrays: `client.dataset(table, 256)` vs '
+      '`TrajectoryDataset(...).batch(256).prefetch(2).as_numpy_iterator()`, '
+      'both with max_in_flight_samples_per_worker=512 and one worker.\n' % (
+          rv['steps'], rv['items_in_table']))
+print('| | reverie | dm-reverb | reverie / dm-reverb |')
+print('|---|---|---|---|')
+for key, label, fmt in keys:
+  a, b = med('reverie', key), med('dm-reverb', key)
+  print('| %s | %s | %s | %.2f |' % (label, fmt.format(a), fmt.format(b), a / b))
+print()
+print('Where reverie\'s client time goes (profiled separately with '
+      '`time.thread_time`, same workloads): sampling costs 7 to 8 µs of '
+      'client CPU per sample, of which about 4 µs decode it (reading the '
+      'SampleInfo and trajectory fields of the upb messages, 1 µs; '
+      'decompressing the Snappy block straight into the batch array, 1 µs; '
+      'the rest is field access and checks) and about 2 µs receive and parse '
+      'the gRPC messages (about 170 samples each); batching and the hand-off '
+      'to the consumer thread are small. reverie keeps two requests in flight '
+      'per stream, so the server samples the next 512 while the client '
+      'decodes the current ones. A write '
+      'step costs about 30 µs in the caller\'s thread (flattening, the copy, '
+      'Snappy, and the chunk and item wire bytes built by hand) plus gRPC\'s '
+      'threads; the sender packs up to 32 items, or what 2 ms bring, into '
+      'one request (a gRPC message costs the Python layer far more than an '
+      'item).\n')
+print('Every run (JSON lines from python/bench/reverb_benchmark.py):\n')
+print('```')
+for r in rows:
+  print('%-9s writes %7.0f steps/s (%5.1f µs CPU/step)   sampling %4.0f batches/s (%.2f ms CPU/batch)' % (
+      r['client'], r['write_steps_per_s'], r['write_cpu_us_per_step'],
+      r['batches_per_s'], r['sample_cpu_ms_per_batch']))
+print('```')
+EOF
+cat "$out/section.md"
+if [[ -n $write_docs ]]; then
+  { echo; cat "$out/section.md"; } >>docs/benchmarks.md
+  echo "bench: appended the section to docs/benchmarks.md" >&2
+fi

@@ -1,0 +1,209 @@
+"""Acme-style adders: the items they write, checked against values worked
+out by hand (in the comments) after a round trip through the server."""
+
+import numpy as np
+import pytest
+
+from reverie import _tree
+from reverie import adders
+
+GAMMA = 0.5
+
+
+def _episode(adder, rewards, discounts, extras=None):
+  """Runs one episode: observation o_t = [t, 10 t], action a_t = 10 + t."""
+  obs = lambda t: np.array([t, 10 * t], np.float32)
+  adder.add_first(adders.restart(obs(0)))
+  n = len(rewards)
+  for t in range(n):
+    kind = adders.StepType.LAST if t == n - 1 else adders.StepType.MID
+    ts = adders.TimeStep(kind, np.float32(rewards[t]), np.float32(discounts[t]),
+                         obs(t + 1))
+    e = extras(t) if extras else ()
+    adder.add(np.int32(10 + t), ts, e)
+
+
+def _read(client, table, n, template):
+  samples = list(client.sample(table, n, emit_timesteps=False, timeout=10))
+  return [(s.info, _tree.unflatten_as(template, s.data)) for s in samples]
+
+
+def _transition_template(extras=()):
+  return adders.Transition(None, None, None, None, None, extras)
+
+
+def _check_transitions(got, want):
+  assert len(got) == len(want)
+  for (_, tr), (s, a, r, d, s2) in zip(got, want):
+    np.testing.assert_array_equal(tr.observation, [s, 10 * s])
+    assert tr.action == 10 + a and tr.action.dtype == np.int32
+    assert tr.reward == pytest.approx(r) and tr.reward.dtype == np.float32
+    assert tr.discount == pytest.approx(d) and tr.discount.dtype == np.float32
+    assert tr.reward.shape == () and tr.discount.shape == ()
+    np.testing.assert_array_equal(tr.next_observation, [s2, 10 * s2])
+
+
+def test_n_step_transitions(client, reset):
+  reset('adder')
+  adder = adders.NStepTransitionAdder(
+      client, n_step=3, discount=GAMMA, priority_fns={'adder': None})
+  # r = 1, 2, 4, 8, 16; d = 1, 1, 1, 1, 0 (termination); g = 0.5.
+  _episode(adder, [1, 2, 4, 8, 16], [1, 1, 1, 1, 0])
+  got = _read(client, 'adder', 7, _transition_template())
+  _check_transitions(got, [
+      # (first state, action index, R, D, next state)
+      (0, 0, 1, 1, 1),                   # R = r0, D = d0
+      (0, 0, 1 + .5 * 2, .5, 2),         # R = r0 + g r1 = 2, D = g
+      (0, 0, 1 + 1 + .25 * 4, .25, 3),   # 3, g^2
+      (1, 1, 2 + 2 + 2, .25, 4),         # r1 + g r2 + g^2 r3 = 6
+      (2, 2, 4 + 4 + 4, 0, 5),           # r2 + g r3 + g^2 r4 = 12, d4 = 0
+      (3, 3, 8 + 8, 0, 5),               # the shorter ones ending at s5
+      (4, 4, 16, 0, 5),
+  ])
+  adder.close()
+
+
+def test_one_step_transitions_with_extras(client, reset):
+  reset('adder')
+  adder = adders.NStepTransitionAdder(
+      client, n_step=1, discount=GAMMA, priority_fns={'adder': None})
+  _episode(adder, [1, 2, 3], [1, 1, 0],
+           extras=lambda t: {'logp': np.float32(-t)})
+  got = _read(client, 'adder', 3, _transition_template({'logp': None}))
+  # n = 1: plain (s_t, a_t, r_t, d_t, s_{t+1}) with the environment's d_t.
+  _check_transitions(got, [(0, 0, 1, 1, 1), (1, 1, 2, 1, 2),
+                           (2, 2, 3, 0, 3)])
+  assert [float(tr.extras['logp']) for _, tr in got] == [0, -1, -2]
+  adder.close()
+
+
+def test_n_step_discounts_inside_the_window(client, reset):
+  reset('adder')
+  adder = adders.NStepTransitionAdder(
+      client, n_step=2, discount=GAMMA, priority_fns={'adder': None})
+  # r = 1, 2, 3; d = 0.5, 1, 1 (truncated: the last discount is 1).
+  _episode(adder, [1, 2, 3], [.5, 1, 1])
+  got = _read(client, 'adder', 4, _transition_template())
+  _check_transitions(got, [
+      (0, 0, 1, .5, 1),                  # D = d0
+      (0, 0, 1 + .5 * .5 * 2, .25, 2),   # r0 + g d0 r1 = 1.5, g d0 d1
+      (1, 1, 2 + .5 * 3, .5, 3),         # r1 + g d1 r2 = 3.5, g d1 d2
+      (2, 2, 3, 1, 3),                   # r2, d2
+  ])
+  adder.close()
+
+
+def test_priorities_and_several_tables(client, reset):
+  reset('adder', 'adder2')
+  adder = adders.NStepTransitionAdder(
+      client, n_step=1, discount=GAMMA,
+      priority_fns={'adder': lambda tr: tr.reward + 0.5, 'adder2': None})
+  _episode(adder, [1, 2], [1, 0])
+  got = _read(client, 'adder', 2, _transition_template())
+  assert [info.priority for info, _ in got] == [1.5, 2.5]
+  got2 = _read(client, 'adder2', 2, _transition_template())
+  assert [info.priority for info, _ in got2] == [1.0, 1.0]
+  adder.close()
+
+
+def _step_template():
+  return adders.Step(None, None, None, None, None, ())
+
+
+def _check_steps(got, want):
+  assert len(got) == len(want)
+  for (_, st), (obs, act, rew, disc, start) in zip(got, want):
+    np.testing.assert_array_equal(st.observation[:, 0], obs)
+    np.testing.assert_array_equal(st.observation[:, 1], np.array(obs) * 10)
+    np.testing.assert_array_equal(st.action, act)
+    np.testing.assert_array_equal(st.reward, rew)
+    np.testing.assert_array_equal(st.discount, disc)
+    np.testing.assert_array_equal(st.start_of_episode, start)
+    assert st.action.dtype == np.int32 and st.reward.dtype == np.float32
+    assert st.start_of_episode.dtype == np.bool_
+
+
+# One episode of 5 actions gives 6 steps; step t = (o_t, a_t = 10 + t,
+# r_t = t + 1, d_t, start), step 5 = (o_5, 0, 0, 0, False).
+EPISODE = ([1, 2, 3, 4, 5], [1, 1, 1, 1, 0])
+T, F = True, False
+
+
+@pytest.mark.parametrize('behavior,want', [
+    # Length 3 every 2 steps: [0, 3) when step 2 is added, [2, 5) at step 4;
+    # step 5 is not covered, so [4, 7) is padded with one zero step.
+    ('zero_pad', [
+        ([0, 1, 2], [10, 11, 12], [1, 2, 3], [1, 1, 1], [T, F, F]),
+        ([2, 3, 4], [12, 13, 14], [3, 4, 5], [1, 1, 0], [F, F, F]),
+        ([4, 5, 0], [14, 0, 0], [5, 0, 0], [0, 0, 0], [F, F, F]),
+    ]),
+    ('truncate', [
+        ([0, 1, 2], [10, 11, 12], [1, 2, 3], [1, 1, 1], [T, F, F]),
+        ([2, 3, 4], [12, 13, 14], [3, 4, 5], [1, 1, 0], [F, F, F]),
+    ]),
+    ('write', [
+        ([0, 1, 2], [10, 11, 12], [1, 2, 3], [1, 1, 1], [T, F, F]),
+        ([2, 3, 4], [12, 13, 14], [3, 4, 5], [1, 1, 0], [F, F, F]),
+        ([4, 5], [14, 0], [5, 0], [0, 0], [F, F]),
+    ]),
+])
+def test_sequences(client, reset, behavior, want):
+  reset('adder')
+  adder = adders.SequenceAdder(
+      client, sequence_length=3, period=2, priority_fns={'adder': None},
+      end_of_episode_behavior=behavior)
+  _episode(adder, *EPISODE)
+  _check_steps(_read(client, 'adder', len(want), _step_template()), want)
+  assert client.server_info(timeout=10)['adder'].current_size == 0
+  adder.close()
+
+
+def test_sequences_without_overlap_and_two_episodes(client, reset):
+  reset('adder')
+  adder = adders.SequenceAdder(client, sequence_length=3, period=3,
+                               priority_fns={'adder': None})
+  _episode(adder, *EPISODE)  # steps 0..5: [0, 3) and [3, 6), no padding
+  _episode(adder, [7], [0])  # 2 steps: padded to 3
+  _check_steps(_read(client, 'adder', 3, _step_template()), [
+      ([0, 1, 2], [10, 11, 12], [1, 2, 3], [1, 1, 1], [T, F, F]),
+      ([3, 4, 5], [13, 14, 0], [4, 5, 0], [1, 0, 0], [F, F, F]),
+      ([0, 1, 0], [10, 0, 0], [7, 0, 0], [0, 0, 0], [T, F, F]),
+  ])
+  adder.close()
+
+
+def test_episodes(client, reset):
+  reset('adder')
+  adder = adders.EpisodeAdder(client, max_sequence_length=6,
+                              priority_fns={'adder': None})
+  _episode(adder, *EPISODE)
+  _check_steps(_read(client, 'adder', 1, _step_template()), [
+      ([0, 1, 2, 3, 4, 5], [10, 11, 12, 13, 14, 0], [1, 2, 3, 4, 5, 0],
+       [1, 1, 1, 1, 0, 0], [T, F, F, F, F, F])])
+  with pytest.raises(ValueError, match='max_sequence_length'):
+    _episode(adder, [1] * 6, [1] * 5 + [0])
+  adder.close()
+
+
+def test_episodes_padded(client, reset):
+  reset('adder')
+  adder = adders.EpisodeAdder(client, max_sequence_length=5,
+                              padding_fn=np.zeros,
+                              priority_fns={'adder': None})
+  _episode(adder, [1, 2], [1, 0])
+  _check_steps(_read(client, 'adder', 1, _step_template()), [
+      ([0, 1, 2, 0, 0], [10, 11, 0, 0, 0], [1, 2, 0, 0, 0], [1, 0, 0, 0, 0],
+       [T, F, F, F, F])])
+  adder.close()
+
+
+def test_adder_misuse(client):
+  adder = adders.NStepTransitionAdder(client, 1, GAMMA,
+                                      priority_fns={'adder': None})
+  with pytest.raises(ValueError, match='add_first'):
+    adder.add(np.int32(0), adders.transition(1.0, np.zeros(2)))
+  with pytest.raises(ValueError, match='first'):
+    adder.add_first(adders.transition(1.0, np.zeros(2)))
+  with pytest.raises(NotImplementedError):
+    adders.SequenceAdder(client, 3, 1, break_end_of_episode=False)
+  adder.close()

@@ -1,0 +1,309 @@
+"""TrajectoryWriter: history references, trajectories across chunks, partial
+steps, episodes, flush timeouts, validation, sticky errors, reconnects."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import reverie
+
+from conftest import free_port
+
+ALL_DTYPES = [np.float16, np.float32, np.float64, np.int8, np.int16,
+              np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+              np.bool_, np.complex64, np.complex128]
+
+
+def _sample(client, table, n, **kwargs):
+  return [s.data for s in client.sample(table, n, emit_timesteps=False,
+                                        timeout=10, **kwargs)]
+
+
+def _step(i):
+  return {'obs': np.full((2, 3), i, np.float32), 'act': np.int64(i)}
+
+
+@pytest.mark.parametrize('chunk_length', [1, 2, 3, None])
+@pytest.mark.parametrize('delta', [False, True])
+def test_trajectories_across_chunks(client, reset, chunk_length, delta):
+  reset('queue')
+  with client.trajectory_writer(6, chunk_length=chunk_length,
+                                delta_encoded=delta) as w:
+    for i in range(12):
+      w.append(_step(i))
+      if i >= 4:
+        w.create_item('queue', 1.0, {
+            'obs': w.history['obs'][-5:],
+            'act': w.history['act'][-5:],
+            'last': w.history['act'][-1],
+        })
+  samples = _sample(client, 'queue', 8)
+  for i, data in zip(range(4, 12), samples):
+    act, last, obs = data  # sorted keys
+    np.testing.assert_array_equal(act, np.arange(i - 4, i + 1))
+    assert act.dtype == np.int64
+    assert obs.shape == (5, 2, 3) and obs.dtype == np.float32
+    np.testing.assert_array_equal(obs[:, 0, 0], np.arange(i - 4, i + 1))
+    assert last.shape == () and last == i
+
+
+def test_every_dtype_through_the_writer(client, reset):
+  reset('queue')
+  steps = []
+  with client.trajectory_writer(3, chunk_length=3) as w:
+    for i in range(5):
+      step = {}
+      for j, t in enumerate(ALL_DTYPES):
+        v = (np.arange(4) * (i + 1) + j).astype(t).reshape(2, 2)
+        step[f'{j:02d}_{np.dtype(t).name}'] = v
+      step['zz_bytes'] = np.array([b'a\x00' * i, b''], dtype=object)
+      step['zz_str'] = 'step %d' % i
+      steps.append(step)
+      w.append(step)
+      if i >= 2:
+        w.create_item('queue', 1.0,
+                      {k: h[-3:] for k, h in w.history.items()})
+  keys = sorted(steps[0])
+  for i, data in zip(range(2, 5), _sample(client, 'queue', 3)):
+    assert len(data) == len(keys)
+    for k, got in zip(keys[:-2], data[:-2]):
+      want = np.stack([steps[j][k] for j in range(i - 2, i + 1)])
+      assert got.dtype == want.dtype, k
+      np.testing.assert_array_equal(got, want)
+    assert data[-2].dtype == object and data[-2].tolist() == [
+        [b'a\x00' * j, b''] for j in range(i - 2, i + 1)]
+    assert data[-1].tolist() == [b'step %d' % j for j in range(i - 2, i + 1)]
+
+
+def test_history_indexing(client, reset):
+  reset('queue')
+  w = client.trajectory_writer(3)
+  with pytest.raises(RuntimeError):
+    _ = w.history
+  for i in range(5):
+    w.append({'x': np.int32(i)})
+  h = w.history['x']
+  assert len(h) == 5  # steps in the episode; the last 3 are referenceable
+  assert h[-1].shape == () and h[-1].is_squeezed
+  assert h[-2:].shape == (2,) and not h[-2:].is_squeezed
+  assert h[[2, 4]].shape == (2,)
+  np.testing.assert_array_equal(h[2:].numpy(), [2, 3, 4])
+  np.testing.assert_array_equal(h[2::2].numpy(), [2, 4])
+  np.testing.assert_array_equal(h[-3:][::2][1:].numpy(), [4])
+  assert h[4].numpy() == 4 and h[-3].numpy() == 2
+  assert h[-1].dtype == np.int32
+  with pytest.raises(ValueError):
+    _ = h[1]  # no longer kept alive
+  with pytest.raises(ValueError):
+    _ = h[:]  # includes expired steps
+  with pytest.raises(IndexError):
+    _ = h[5]
+  with pytest.raises(IndexError):
+    _ = h[-6]
+  with pytest.raises(TypeError):
+    _ = h['a']
+  col = h[-3:]
+  np.testing.assert_array_equal(col[1:].numpy(), [3, 4])
+  assert col[0].is_squeezed
+  w.create_item('queue', 1.0, [h[-3:], h[-1]])
+  w.flush(timeout_ms=10000)
+  (data,) = _sample(client, 'queue', 1)
+  np.testing.assert_array_equal(data[0], [2, 3, 4])
+  assert data[1] == 4 and data[1].shape == ()
+  w.close()
+
+
+def test_expired_reference_rejected_at_create_item(client, reset):
+  reset('queue')
+  with client.trajectory_writer(2) as w:
+    w.append({'x': 1})
+    first = w.history['x'][-1]
+    w.append({'x': 2})
+    w.append({'x': 3})
+    with pytest.raises(ValueError, match='no longer in the history'):
+      w.create_item('queue', 1.0, first)
+    with pytest.raises(TypeError):
+      w.create_item('queue', 1.0, {'x': np.int32(1)})
+
+
+def test_partial_steps_and_new_columns(client, reset):
+  reset('queue')
+  with client.trajectory_writer(4) as w:
+    w.append({'obs': np.float32(0)}, partial_step=True)
+    assert w.episode_steps == 0
+    w.append({'act': np.int32(10)})
+    assert w.episode_steps == 1
+    w.append({'obs': np.float32(1)}, partial_step=True)
+    with pytest.raises(ValueError, match='already been set'):
+      w.append({'obs': np.float32(9)})
+    w.append({'act': np.int32(11), 'extra': b'new'})
+    assert w.episode_steps == 2
+    h = w.history
+    assert set(h) == {'obs', 'act', 'extra'}
+    with pytest.raises(ValueError):  # 'extra' did not exist at step 0
+      _ = h['extra'][0]
+    w.create_item('queue', 1.0, (h['obs'][-2:], h['act'][-2:],
+                                 h['extra'][-1]))
+  (data,) = _sample(client, 'queue', 1)
+  np.testing.assert_array_equal(data[0], [0, 1])
+  np.testing.assert_array_equal(data[1], [10, 11])
+  assert data[2].item() == b'new'
+
+
+def test_dtype_and_shape_are_fixed_per_column(client):
+  with client.trajectory_writer(2) as w:
+    w.append({'x': np.zeros(3, np.float32)})
+    with pytest.raises(ValueError, match='dtype'):
+      w.append({'x': np.zeros(3, np.float64)})
+    with pytest.raises(ValueError, match='shape'):
+      w.append({'x': np.zeros(4, np.float32)})
+    assert w.episode_steps == 1
+
+
+def test_end_episode(client, reset):
+  reset('queue')
+  with client.trajectory_writer(4) as w:
+    for i in range(3):
+      w.append({'x': np.int64(i)})
+    w.end_episode(clear_buffers=False, timeout_ms=10000)
+    assert w.episode_steps == 0
+    w.append({'x': np.int64(100)})
+    # Without clearing, items may span the episode boundary.
+    w.create_item('queue', 1.0, w.history['x'][-3:])
+    w.end_episode(timeout_ms=10000)
+    with pytest.raises(IndexError):
+      _ = w.history['x'][-1]
+    w.append({'x': np.int64(200)})
+    w.create_item('queue', 1.0, w.history['x'][:])
+  d1, d2 = _sample(client, 'queue', 2)
+  np.testing.assert_array_equal(d1[0], [1, 2, 100])
+  np.testing.assert_array_equal(d2[0], [200])
+
+
+def test_flush_timeout(client, reset):
+  reset('queue_block')
+  w = client.trajectory_writer(1)
+  for i in range(3):
+    w.append({'x': np.int32(i)})
+    w.create_item('queue_block', 1.0, w.history['x'][-1])
+  # The queue holds 2 items: the third waits for a sample.
+  start = time.monotonic()
+  with pytest.raises(reverie.DeadlineExceededError) as e:
+    w.flush(timeout_ms=300)
+  assert not isinstance(e.value, reverie.ServerUnavailableError)
+  assert 0.25 <= time.monotonic() - start < 5
+  w.flush(block_until_num_items=1, timeout_ms=5000)
+  with pytest.raises(reverie.DeadlineExceededError):
+    w.end_episode(timeout_ms=200)
+  assert w.episode_steps == 0  # the episode was reset all the same
+  assert [int(d[0]) for d in _sample(client, 'queue_block', 1)] == [0]
+  w.flush(timeout_ms=10000)
+  assert [int(d[0]) for d in _sample(client, 'queue_block', 2)] == [1, 2]
+  w.close()
+  with pytest.raises(ValueError):
+    w.flush(-1)
+
+
+def test_max_in_flight_items_blocks_create_item(client, reset):
+  reset('queue_block')
+  w = client.trajectory_writer(1, max_in_flight_items=2)
+  for i in range(4):  # 2 go into the queue, 2 stay unconfirmed
+    w.append({'x': np.int32(i)})
+    w.create_item('queue_block', 1.0, w.history['x'][-1])
+  deadline = time.monotonic() + 10
+  while client.server_info(timeout=10)['queue_block'].current_size < 2:
+    assert time.monotonic() < deadline
+    time.sleep(0.01)
+  w.append({'x': np.int32(4)})
+  done = threading.Event()
+
+  def create():
+    w.create_item('queue_block', 1.0, w.history['x'][-1])
+    done.set()
+
+  t = threading.Thread(target=create, daemon=True)
+  t.start()
+  assert not done.wait(0.3)  # 2 items unconfirmed: blocked
+  assert [int(d[0]) for d in _sample(client, 'queue_block', 1)] == [0]
+  assert done.wait(10)
+  got = [int(d[0]) for d in _sample(client, 'queue_block', 4)]
+  assert got == [1, 2, 3, 4]
+  w.flush(timeout_ms=10000)
+  w.close()
+
+
+def test_unknown_table_is_a_sticky_error(client):
+  w = client.trajectory_writer(1, validate_items=False)
+  w.append({'x': np.int32(1)})
+  w.create_item('no_such_table', 1.0, w.history['x'][-1])
+  with pytest.raises(reverie.TableNotFoundError, match='no_such_table'):
+    w.flush(timeout_ms=10000)
+  with pytest.raises(reverie.TableNotFoundError):
+    w.append({'x': np.int32(2)})
+  w.close()
+
+
+def test_validate_items(client, reset):
+  reset('sig')
+  with client.trajectory_writer(2) as w:
+    w.append({'obs': np.zeros((3, 2), np.float32),
+              'action': np.arange(4), 'reward': np.float32(1)})
+    h = w.history
+    with pytest.raises(reverie.InvalidArgumentError, match='Could not find'):
+      w.create_item('no_such_table', 1.0, h['obs'][-1])
+    with pytest.raises(ValueError, match='columns'):
+      w.create_item('sig', 1.0, [h['obs'][-1]])
+    with pytest.raises(ValueError, match='inconsistent'):
+      # obs must be squeezed to [3, 2]
+      w.create_item('sig', 1.0, {'obs': h['obs'][-1:], 'action':
+                                 h['action'][-1], 'reward': h['reward'][-1]})
+    w.create_item('sig', 1.0, {'obs': h['obs'][-1], 'action':
+                               h['action'][-1], 'reward': h['reward'][-1]})
+  (s,) = list(client.sample('sig', 1, emit_timesteps=False,
+                            unpack_as_table_signature=True, timeout=10))
+  assert set(s.data) == {'obs', 'action', 'reward'}
+  np.testing.assert_array_equal(s.data['action'], np.arange(4))
+
+
+def test_closed_writer(client):
+  w = client.trajectory_writer(1)
+  w.close()
+  w.close()
+  with pytest.raises(reverie.ClosedError):
+    w.append({'x': 1})
+  with pytest.raises(reverie.ClosedError):
+    w.flush()
+
+
+@pytest.mark.reverie_only
+def test_reconnect_resends_unconfirmed_items(own_reverie):
+  port = free_port()
+  srv = own_reverie(listen=f'127.0.0.1:{port}')
+  c = reverie.Client(srv.address)
+  w = c.trajectory_writer(2, validate_items=False)
+  w.append({'x': np.int32(0)})
+  w.create_item('queue', 1.0, w.history['x'][-1])
+  w.flush(timeout_ms=10000)
+  srv.stop()  # the server goes away with item 0
+
+  for i in range(1, 4):
+    w.append({'x': np.int32(i)})
+    w.create_item('queue', 1.0, w.history['x'][-2:])
+  with pytest.raises(reverie.ServerUnavailableError) as e:
+    w.flush(timeout_ms=500)
+  assert isinstance(e.value, reverie.DeadlineExceededError)
+
+  own_reverie(listen=f'127.0.0.1:{port}')  # a new, empty server
+  w.flush(timeout_ms=20000)
+  got = [d[0].tolist() for d in
+         _sample_from(c, 'queue', 3)]
+  assert got == [[0, 1], [1, 2], [2, 3]]
+  w.close()
+  c.close()
+
+
+def _sample_from(client, table, n):
+  return [s.data for s in client.sample(table, n, emit_timesteps=False,
+                                        timeout=10)]
