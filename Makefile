@@ -1,5 +1,5 @@
 # Thin wrappers; the logic lives in scripts/. CI runs `make test` (.ci/run).
-.PHONY: build serve test check gotest genproto genproto-check fuzz bench-table bench-selector clean conformance
+.PHONY: build serve test check gotest genproto genproto-check fuzz bench-table bench-selector clean conformance bench bench-quick
 
 build:
 	go build -o .bin/reverie ./cmd/reverie
@@ -38,6 +38,16 @@ bench-selector:
 # client, each against Reverb's own server and reverie (installs .venv-reverb).
 conformance:
 	scripts/conformance.sh
+
+# reverie against Reverb 0.14.0 on the same machine, same tables, same
+# clients (issue 7): results in bench/results/, plots in docs/, about 11 min.
+# bench-quick: a reduced run for development, about 75 s, into
+# bench/results/quick/. Both install what they need (see bench/bench.sh).
+bench:
+	bench/bench.sh
+
+bench-quick:
+	bench/bench.sh --quick
 
 clean:
 	rm -rf .bin

@@ -1,0 +1,219 @@
+// Command paced measures sample latency at a fixed offered load, for the
+// "sample p99 at half saturation" comparison in bench/: --clients
+// connections, each with one SampleStream, ask for --batch samples per
+// request on a fixed schedule so that together they request --rate samples
+// per second. A request's latency runs from its scheduled time (not its
+// send time, so a server that falls behind is charged for the wait) to the
+// arrival of its last sample. It speaks the Reverb protocol directly
+// (api/reverbpb), so it works against Reverb's server too.
+//
+//	paced --addr 127.0.0.1:N --table replay --rate 50000 --batch 16 \
+//	    --clients 8 --duration 3s --json
+//
+// The JSON report has the fields of `reverie bench --json` (a "sample"
+// section); p50/p99 are per request of --batch samples.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/reverie-rl/reverie/api/reverbpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+)
+
+type kindReport struct {
+	Clients     int     `json:"clients"`
+	Items       int64   `json:"items"`
+	Bytes       int64   `json:"bytes"`
+	Seconds     float64 `json:"seconds"`
+	ItemsPerSec float64 `json:"items_per_sec"`
+	MBPerSec    float64 `json:"mb_per_sec"`
+	P50Ms       float64 `json:"p50_ms"`
+	P99Ms       float64 `json:"p99_ms"`
+	P999Ms      float64 `json:"p999_ms"`
+	MaxMs       float64 `json:"max_ms"`
+	Errors      int64   `json:"errors"`
+}
+
+type report struct {
+	Mode          string      `json:"mode"`
+	Addr          string      `json:"addr"`
+	Table         string      `json:"table"`
+	Clients       int         `json:"clients"`
+	Batch         int         `json:"batch"`
+	OfferedPerSec float64     `json:"offered_items_per_sec"`
+	DurationSec   float64     `json:"duration_sec"`
+	Late          int64       `json:"late_requests"` // requests sent after their scheduled time
+	Sample        *kindReport `json:"sample"`
+	Errors        int64       `json:"errors"`
+	Latency       string      `json:"latency_definition"`
+}
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:8000", "server address")
+	table := flag.String("table", "replay", "table to sample from")
+	rate := flag.Float64("rate", 10000, "offered samples per second, all clients together")
+	batch := flag.Int("batch", 16, "samples per request")
+	clients := flag.Int("clients", 8, "connections, one stream each")
+	duration := flag.Duration("duration", 3*time.Second, "how long to offer load")
+	asJSON := flag.Bool("json", false, "print the report as JSON")
+	flag.Parse()
+	if *rate <= 0 || *batch < 1 || *clients < 1 || *duration <= 0 {
+		fmt.Fprintln(os.Stderr, "paced: --rate, --batch, --clients and --duration must be positive")
+		os.Exit(2)
+	}
+	rep, err := run(*addr, *table, *rate, *batch, *clients, *duration)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "paced:", err)
+		os.Exit(1)
+	}
+	if *asJSON {
+		json.NewEncoder(os.Stdout).Encode(rep)
+	} else {
+		s := rep.Sample
+		fmt.Printf("offered %.0f/s, got %.0f items/s (%.1f MB/s), per request of %d: p50 %.3f ms, p99 %.3f ms, late %d\n",
+			rep.OfferedPerSec, s.ItemsPerSec, s.MBPerSec, rep.Batch, s.P50Ms, s.P99Ms, rep.Late)
+	}
+	if rep.Errors > 0 {
+		os.Exit(1)
+	}
+}
+
+type clientResult struct {
+	lat   []time.Duration
+	items int64
+	bytes int64
+	late  int64
+	err   error
+}
+
+func run(addr, table string, rate float64, batch, clients int, duration time.Duration) (*report, error) {
+	conns := make([]*grpc.ClientConn, clients)
+	for i := range conns {
+		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32)))
+		if err != nil {
+			return nil, err
+		}
+		defer cc.Close()
+		conns[i] = cc
+	}
+	// Open every stream and take one request's worth before the clock
+	// starts: connection set-up is not part of the measurement.
+	streams := make([]reverbpb.ReverbService_SampleStreamClient, clients)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for i, cc := range conns {
+		st, err := reverbpb.NewReverbServiceClient(cc).SampleStream(ctx, grpc.WaitForReady(true))
+		if err != nil {
+			return nil, err
+		}
+		if _, _, err := request(st, table, batch); err != nil {
+			return nil, fmt.Errorf("warm-up request: %w", err)
+		}
+		streams[i] = st
+	}
+	interval := time.Duration(float64(time.Second) * float64(batch*clients) / rate)
+	results := make([]clientResult, clients)
+	start := time.Now()
+	end := start.Add(duration)
+	var wg sync.WaitGroup
+	for i, st := range streams {
+		// Stagger the clients evenly over one interval.
+		first := start.Add(interval * time.Duration(i) / time.Duration(clients))
+		wg.Go(func() {
+			r := &results[i]
+			for k := 0; ; k++ {
+				at := first.Add(interval * time.Duration(k))
+				if !at.Before(end) {
+					return
+				}
+				if d := time.Until(at); d > 0 {
+					time.Sleep(d)
+				} else if d < -time.Millisecond {
+					r.late++
+				}
+				n, b, err := request(st, table, batch)
+				if err != nil {
+					r.err = err
+					return
+				}
+				r.lat = append(r.lat, time.Since(at))
+				r.items += n
+				r.bytes += b
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	rep := &report{Mode: "sample", Addr: addr, Table: table, Clients: clients, Batch: batch,
+		OfferedPerSec: rate, DurationSec: duration.Seconds(),
+		Latency: fmt.Sprintf("per request of %d samples: from its scheduled send time to its last sample", batch)}
+	k := &kindReport{Clients: clients, Seconds: elapsed.Seconds()}
+	var all []time.Duration
+	for i := range results {
+		r := &results[i]
+		all = append(all, r.lat...)
+		k.Items += r.items
+		k.Bytes += r.bytes
+		rep.Late += r.late
+		if r.err != nil {
+			k.Errors++
+			fmt.Fprintf(os.Stderr, "paced: client %d: %v\n", i, r.err)
+		}
+	}
+	k.ItemsPerSec = float64(k.Items) / k.Seconds
+	k.MBPerSec = float64(k.Bytes) / k.Seconds / 1e6
+	sort.Slice(all, func(a, b int) bool { return all[a] < all[b] })
+	q := func(p float64) float64 {
+		if len(all) == 0 {
+			return 0
+		}
+		return ms(all[max(int(math.Ceil(p*float64(len(all))))-1, 0)])
+	}
+	k.P50Ms, k.P99Ms, k.P999Ms = q(0.5), q(0.99), q(0.999)
+	if len(all) > 0 {
+		k.MaxMs = ms(all[len(all)-1])
+	}
+	rep.Sample, rep.Errors = k, k.Errors
+	return rep, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// request asks for n samples on st and reads until the n-th is complete.
+// It returns the samples and the payload bytes (tensor contents of their
+// chunks) received.
+func request(st reverbpb.ReverbService_SampleStreamClient, table string, n int) (int64, int64, error) {
+	req := &reverbpb.SampleStreamRequest{Table: table, NumSamples: int64(n),
+		RateLimiterTimeout: &reverbpb.Timeout{Milliseconds: 10_000}}
+	if err := st.Send(req); err != nil {
+		return 0, 0, err
+	}
+	var got, bytes int64
+	for got < int64(n) {
+		resp, err := st.Recv()
+		if err != nil {
+			return got, bytes, err
+		}
+		for _, e := range resp.GetEntries() {
+			for _, c := range e.GetData() {
+				bytes += int64(proto.Size(c.GetData()))
+			}
+			if e.GetEndOfSequence() {
+				got++
+			}
+		}
+	}
+	return got, bytes, nil
+}

@@ -1,0 +1,82 @@
+"""A server process's CPU time and peak memory, from /proc (Linux only).
+
+Used by bench/run.py and bench/reverb_client_driver.py. Standard library
+only.
+"""
+
+import os
+import time
+
+_CLK_TCK = os.sysconf('SC_CLK_TCK')
+
+
+def cpu_seconds(pid):
+  """utime + stime of every thread of pid so far, in seconds."""
+  with open(f'/proc/{pid}/stat') as f:
+    stat = f.read()
+  # The fields after "(comm)" start with field 3 (state); utime and stime
+  # are fields 14 and 15.
+  fields = stat[stat.rindex(')') + 2:].split()
+  return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+
+
+def status_kb(pid, key):
+  """A kB field of /proc/PID/status (VmHWM, VmRSS, ...), or None."""
+  with open(f'/proc/{pid}/status') as f:
+    for line in f:
+      if line.startswith(key + ':'):
+        return int(line.split()[1])
+  return None
+
+
+def machine_busy_seconds():
+  """CPU seconds spent not idle by all CPUs of the machine so far."""
+  with open('/proc/stat') as f:
+    vals = [int(v) for v in f.readline().split()[1:]]
+  # user nice system idle iowait irq softirq steal guest guest_nice; guest
+  # time is already counted in user and nice.
+  total = sum(vals[:8])
+  return (total - vals[3] - vals[4]) / _CLK_TCK
+
+
+def reset_peak_rss(pid):
+  """Resets VmHWM to the current RSS (Linux >= 4.0); False if not allowed."""
+  try:
+    with open(f'/proc/{pid}/clear_refs', 'w') as f:
+      f.write('5')
+    return True
+  except OSError:
+    return False
+
+
+class Window:
+  """CPU seconds and peak RSS of a process between start() and stop()."""
+
+  def __init__(self, pid):
+    self.pid = pid
+    self.cpu0 = None
+    self.hwm_reset = False
+
+  def start(self):
+    if self.pid:
+      self.hwm_reset = reset_peak_rss(self.pid)
+      self.cpu0 = cpu_seconds(self.pid)
+    self.busy0 = machine_busy_seconds()
+    self.t0 = time.monotonic()
+    return self
+
+  def stop(self):
+    """A dict of server figures over the window (empty without a pid)."""
+    if not self.pid:
+      return {}
+    cpu = cpu_seconds(self.pid) - self.cpu0
+    return {
+        'pid': self.pid,
+        'cpu_sec': round(cpu, 3),
+        # every process on the machine, for telling how much others ran
+        'machine_busy_sec': round(machine_busy_seconds() - self.busy0, 3),
+        'wall_sec': round(time.monotonic() - self.t0, 3),
+        'peak_rss_mb': round(status_kb(self.pid, 'VmHWM') / 1024, 1),
+        'rss_mb_after': round(status_kb(self.pid, 'VmRSS') / 1024, 1),
+        'peak_rss_is_per_run': self.hwm_reset,
+    }

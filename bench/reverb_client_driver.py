@@ -1,0 +1,345 @@
+"""Load generator on DeepMind's dm-reverb Python client, the twin of `reverie bench`.
+
+    py=$(scripts/reverb-env.sh)
+    "$py" bench/reverb_client_driver.py --addr 127.0.0.1:PORT --table replay \
+        --mode insert --payload 400 --clients 1,8 --duration 2 [--server-pid PID]
+
+Same workload as `reverie bench` (cmd/reverie/bench.go): one float32 tensor
+of random values per item (`--payload` bytes), one step per item, chunks of
+one step. Clients are threads of this one process, each with its own
+`reverb.Client` (the C++ client releases the GIL while it waits on the
+network, but Python code between calls holds it, so at small payloads this
+process, not the server, is usually the limit: see docs/benchmarks.md).
+
+  insert  each client: `client.trajectory_writer(num_keep_alive_refs=1)`,
+          `append` + `create_item` per item; at most 48 unconfirmed items,
+          kept with `flush(block_until_num_items=48)` (reverie's Go writer
+          allows 128, but dm-reverb's writer logs a warning from 50 pending
+          items on, and the logging itself slows the client down).
+          Latency per item: from the start of its `append` to the return of
+          the first `flush` after which it is confirmed (an upper bound of
+          its confirmation time, as the client does not report each one).
+  sample  each client: one dm-reverb Sampler (`Client._client.NewSampler`,
+          what `client.sample` uses, with 16 samples in flight per worker as
+          `reverie bench --in-flight 16`, instead of `client.sample`'s 1).
+          Latency per item: one `GetNextTrajectory` call.
+  mixed   half the clients insert, half sample (rounded as reverie bench),
+          at once, for a fixed time; the process then exits without waiting
+          for blocked calls (a Queue table can leave samplers blocked), so
+          give it one client count per invocation.
+
+For `sample` and `mixed` the table is first prefilled (not counted) up to
+min(1000 items, 64 MB) as reverie bench does, if it holds less.
+
+With several `--clients` values (and `--target`s, and `--reps`) the runs are
+made one after another in this process (so TensorFlow is imported once). Each prints one JSON line with the
+fields of `reverie bench --json` (`insert`/`sample`: items, bytes, seconds,
+items_per_sec, mb_per_sec, p50_ms, p99_ms, ...). With --server-pid the line
+also has `server`: the server's CPU seconds and peak RSS over the run, read
+from /proc (bench/procstat.py), the run being the measured window plus the
+final flush of writers.
+"""
+
+import argparse
+import json
+import math
+import os
+import resource
+import sys
+import threading
+import time
+
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import numpy as np  # pylint: disable=g-import-not-at-top
+import procstat  # pylint: disable=g-import-not-at-top
+import reverb  # pylint: disable=g-import-not-at-top
+from reverb import pybind  # pylint: disable=g-import-not-at-top
+
+COLUMN = 'payload'
+MAX_IN_FLIGHT_ITEMS = 48
+INSERT_NOTE = ('per item: from the start of append to the return of the first '
+               'flush(block_until_num_items=48) that confirms it')
+SAMPLE_NOTE = ('per item: one Sampler.GetNextTrajectory call (samples are '
+               'prefetched, --in-flight per client)')
+
+
+class Histogram:
+  """Latencies in 1%-wide logarithmic buckets, like reverie bench's."""
+
+  BASE = math.log(1.01)
+
+  def __init__(self):
+    self.counts = {}
+    self.n = 0
+    self.lo = math.inf
+    self.hi = 0.0
+
+  def record(self, sec):
+    sec = max(sec, 1e-9)
+    b = int(math.log(sec * 1e9) / self.BASE)
+    self.counts[b] = self.counts.get(b, 0) + 1
+    self.n += 1
+    self.lo = min(self.lo, sec)
+    self.hi = max(self.hi, sec)
+
+  def merge(self, other):
+    for b, c in other.counts.items():
+      self.counts[b] = self.counts.get(b, 0) + c
+    self.n += other.n
+    self.lo = min(self.lo, other.lo)
+    self.hi = max(self.hi, other.hi)
+
+  def quantile_ms(self, q):
+    if not self.n:
+      return 0.0
+    rank = max(math.ceil(q * self.n), 1)
+    cum = 0
+    for b in sorted(self.counts):
+      cum += self.counts[b]
+      if cum >= rank:
+        sec = math.exp((b + 0.5) * self.BASE) / 1e9
+        return min(max(sec, self.lo), self.hi) * 1e3
+    return self.hi * 1e3
+
+
+def payloads(nbytes, seed, n=8):
+  rng = np.random.default_rng(seed)
+  return [rng.random(nbytes // 4, dtype=np.float32) for _ in range(n)]
+
+
+class Stats:
+
+  def __init__(self):
+    self.hist = Histogram()
+    self.items = 0
+    self.bytes = 0
+    self.errors = 0
+    self.end = None  # time.monotonic() when the client finished
+
+
+def writer_loop(client, table, payload, stop, st, seed, claimed=None):
+  data = payloads(payload, seed)
+  starts = []  # start times of items not yet known to be confirmed
+  try:
+    with client.trajectory_writer(num_keep_alive_refs=1) as w:
+      i = 0
+      while not stop.is_set():
+        t = time.monotonic()
+        w.append({COLUMN: data[i % len(data)]})
+        w.create_item(table, 1.0, {COLUMN: w.history[COLUMN][-1]})
+        starts.append(t)
+        i += 1
+        if len(starts) > MAX_IN_FLIGHT_ITEMS:
+          w.flush(block_until_num_items=MAX_IN_FLIGHT_ITEMS)
+          now = time.monotonic()
+          done = len(starts) - MAX_IN_FLIGHT_ITEMS
+          for s in starts[:done]:
+            st.hist.record(now - s)
+          del starts[:done]
+          st.items += done
+      w.flush()
+      now = time.monotonic()
+      for s in starts:
+        st.hist.record(now - s)
+      st.items += len(starts)
+  except Exception as e:  # pylint: disable=broad-except
+    st.errors += 1
+    print(f'reverb_client_driver: writer: {e}', file=sys.stderr, flush=True)
+  st.bytes = st.items * (payload // 4 * 4)
+  st.end = time.monotonic()
+
+
+def sampler_loop(sampler, stop, st):
+  ninfo = pybind.Sampler.NUM_INFO_TENSORS
+  try:
+    while not stop.is_set():
+      t = time.monotonic()
+      sample = sampler.GetNextTrajectory()
+      st.hist.record(time.monotonic() - t)
+      st.items += 1
+      st.bytes += sum(a.nbytes for a in sample[ninfo:])
+  except Exception as e:  # pylint: disable=broad-except
+    st.errors += 1
+    print(f'reverb_client_driver: sampler: {e}', file=sys.stderr, flush=True)
+  st.end = time.monotonic()
+
+
+def prefill(addr, table, payload):
+  client = reverb.Client(addr)
+  info = client.server_info()[table]
+  target = max(1, min(1000, (64 << 20) // payload))
+  target = max(target, info.rate_limiter_info.min_size_to_sample)
+  target = min(target, info.max_size)
+  n = target - info.current_size
+  if n <= 0:
+    return 0
+  data = payloads(payload, 0)
+  with client.trajectory_writer(num_keep_alive_refs=1) as w:
+    for i in range(n):
+      w.append({COLUMN: data[i % len(data)]})
+      w.create_item(table, 1.0, {COLUMN: w.history[COLUMN][-1]})
+      if i % 100 == 99:
+        w.flush(block_until_num_items=MAX_IN_FLIGHT_ITEMS)
+    w.flush()
+  return n
+
+
+def kind_report(clients, stats, start):
+  h = Histogram()
+  items = nbytes = errors = 0
+  end = start
+  for st in stats:
+    h.merge(st.hist)
+    items += st.items
+    nbytes += st.bytes
+    errors += st.errors
+    end = max(end, st.end or start)
+  sec = end - start
+  return {
+      'clients': clients,
+      'items': items,
+      'bytes': nbytes,
+      'seconds': sec,
+      'items_per_sec': items / sec if sec > 0 else 0.0,
+      'mb_per_sec': nbytes / sec / 1e6 if sec > 0 else 0.0,
+      'p50_ms': h.quantile_ms(0.5),
+      'p99_ms': h.quantile_ms(0.99),
+      'p999_ms': h.quantile_ms(0.999),
+      'max_ms': h.hi * 1e3,
+      'errors': errors,
+  }
+
+
+def run(args, clients, addr, server_pid, target):
+  writers, samplers = clients, 0
+  if args.mode == 'sample':
+    writers, samplers = 0, clients
+  elif args.mode == 'mixed':
+    writers, samplers = (clients + 1) // 2, clients // 2
+  prefilled = prefill(addr, args.table, args.payload) if samplers else 0
+
+  stop = threading.Event()
+  wclients = [reverb.Client(addr) for _ in range(writers)]
+  scl = [reverb.Client(addr) for _ in range(samplers)]
+  # Samplers start streaming as soon as they are made: make them inside
+  # the window.
+  wstats = [Stats() for _ in range(writers)]
+  sstats = [Stats() for _ in range(samplers)]
+  window = procstat.Window(server_pid).start()
+  ru0 = resource.getrusage(resource.RUSAGE_SELF)
+  start = time.monotonic()
+  threads = []
+  for i, c in enumerate(wclients):
+    threads.append(threading.Thread(
+        target=writer_loop,
+        args=(c, args.table, args.payload, stop, wstats[i], i + 1),
+        daemon=True))
+  for i, c in enumerate(scl):
+    smp = c._client.NewSampler(args.table, -1, args.in_flight)  # pylint: disable=protected-access
+    threads.append(threading.Thread(
+        target=sampler_loop, args=(smp, stop, sstats[i]), daemon=True))
+  for t in threads:
+    t.start()
+  time.sleep(args.duration)
+  stop.set()
+  if args.mode == 'mixed':
+    # Blocked calls may never return (a full or empty Queue): take the
+    # figures now; the process exits after printing them.
+    now = time.monotonic()
+    for st in wstats + sstats:
+      st.end = now
+      if st in wstats:
+        st.bytes = st.items * (args.payload // 4 * 4)
+  else:
+    for t in threads:
+      t.join()
+  server = window.stop()
+  ru1 = resource.getrusage(resource.RUSAGE_SELF)
+  if server:
+    server['client_cpu_sec'] = round(ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime, 3)
+
+  rep = {
+      'mode': args.mode,
+      'target': target,
+      'addr': addr,
+      'table': args.table,
+      'payload_bytes': args.payload // 4 * 4,
+      'compressible': False,
+      'chunk_length': 1,
+      'clients': clients,
+      'in_flight': args.in_flight,
+      'duration_sec': args.duration,
+      'prefilled': prefilled,
+      'client_desc': 'dm-reverb 0.14.0 (Python, threads)',
+      'latency_definition': {},
+  }
+  if writers:
+    rep['insert'] = kind_report(writers, wstats, start)
+    rep['latency_definition']['insert'] = INSERT_NOTE
+  if samplers:
+    rep['sample'] = kind_report(samplers, sstats, start)
+    rep['latency_definition']['sample'] = SAMPLE_NOTE
+  rep['errors'] = sum(rep[k]['errors'] for k in ('insert', 'sample') if k in rep)
+  if server:
+    rep['server'] = server
+  print(json.dumps(rep), flush=True)
+  if args.mode == 'mixed':
+    sys.stderr.flush()
+    os._exit(0)  # pylint: disable=protected-access
+  return rep['errors']
+
+
+def main(argv):
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument('--addr', help='host:port of the server')
+  p.add_argument('--table', default='replay')
+  p.add_argument('--mode', choices=('insert', 'sample', 'mixed'),
+                 default='insert')
+  p.add_argument('--payload', type=int, default=400,
+                 help='payload bytes per item (a multiple of 4)')
+  p.add_argument('--clients', default='1',
+                 help='client count, or a comma-separated list of counts to '
+                 'run one after another')
+  p.add_argument('--duration', type=float, default=2.0,
+                 help='seconds of load per run')
+  p.add_argument('--in-flight', type=int, default=16,
+                 help='samples in flight per sampler')
+  p.add_argument('--server-pid', type=int, default=0,
+                 help='server process to measure (CPU seconds, peak RSS)')
+  p.add_argument('--target', action='append', default=[],
+                 metavar='NAME,HOST:PORT,PID',
+                 help='instead of --addr/--server-pid: a server to drive, '
+                 'repeatable; runs alternate between the targets (for each '
+                 'client count and repetition, every target in turn, the '
+                 'order rotating), so that background load hits them alike')
+  p.add_argument('--reps', type=int, default=1,
+                 help='runs per client count and target')
+  args = p.parse_args(argv[1:])
+  targets = []
+  for t in args.target:
+    name, addr, pid = t.split(',')
+    targets.append((name, addr, int(pid)))
+  if args.addr:
+    targets.append(('server', args.addr, args.server_pid))
+  if not targets:
+    p.error('give --addr or --target')
+  counts = [int(c) for c in args.clients.split(',')]
+  if args.mode == 'mixed' and (len(counts) != 1 or len(targets) != 1 or args.reps != 1):
+    p.error('--mode mixed takes one --clients value, one target, one rep')
+  if args.mode == 'mixed' and counts[0] < 2:
+    p.error('--mode mixed needs at least 2 clients')
+  errors = 0
+  turn = 0
+  for n in counts:
+    for _ in range(args.reps):
+      order = targets[turn % len(targets):] + targets[:turn % len(targets)]
+      turn += 1
+      for name, addr, pid in order:
+        errors += run(args, n, addr, pid, name)
+  return 1 if errors else 0
+
+
+if __name__ == '__main__':
+  sys.exit(main(sys.argv))

@@ -1,0 +1,580 @@
+"""Runs reverie and Reverb side by side on the workloads of issue 7.
+
+Started by bench/bench.sh (`make bench`, `make bench-quick`), which builds
+the binaries, sets up .venv-reverb and runs this file with that venv's
+python inside a private network namespace that has only a loopback
+interface (Reverb's server binds every interface and cannot be told
+otherwise), then draws the plots with bench/plot.py.
+
+    python bench/run.py --profile full|quick [--only section5,batched,...]
+
+For every group of tables both servers are started with the same config
+file (`reverie serve --config F` and conformance/reverb_launcher.py F) and
+stay up together; each configuration is then run against Reverb and
+reverie in turn, the order alternating between repetitions, so that
+background load on the shared machine hits both alike. The clients:
+
+  go      `reverie bench` (cmd/reverie/bench.go), reverie's Go client
+  py      bench/reverb_client_driver.py, DeepMind's dm-reverb Python client
+  paced   bench/paced: sample latency at a fixed offered load
+  prio    bench/prioritized: Acme-shaped prioritized replay, Go client
+
+and bench/echo, the bare-gRPC ceiling, is run in the same rotation. Around
+each run the server's CPU seconds (utime+stime from /proc/PID/stat) and
+peak RSS (VmHWM from /proc/PID/status, reset before the run through
+clear_refs) are read, and the CPU the rest of the machine used (from
+/proc/stat, less the server and the client). Results go to
+bench/results/<workload>.json (the quick profile: bench/results/quick/),
+and markdown tables to tables.md beside them (bench/tables.py).
+"""
+
+import argparse
+import contextlib
+import datetime
+import json
+import os
+import platform
+import re
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+import procstat  # pylint: disable=g-import-not-at-top
+import tables as tables_md  # pylint: disable=g-import-not-at-top
+
+BIN = os.path.join(ROOT, '.bin')
+REVERIE = os.path.join(BIN, 'reverie')
+TOOLS = os.path.join(BIN, 'bench')
+PY = sys.executable  # .venv-reverb's python: it runs the launcher and driver
+
+CLIENTS = [1, 2, 4, 8, 16, 32]
+PROFILES = {
+    # About 11 minutes on 2 cores (the issue's bound: 15).
+    'full': dict(
+        reps=2,  # runs per configuration and server; tables show the best
+        payloads=[400, 4000, 40000, 400000],
+        clients=CLIENTS,
+        go_sec=1.0,
+        py_payloads=[400, 4000, 40000, 400000],
+        py_clients=CLIENTS,
+        py_sec=1.2,
+        paced_payloads=[400, 40000],
+        paced_sec=2.0,
+        batched_clients=[2, 8, 32],
+        queue_size=1000,
+        queue_clients=[2, 8, 16],
+        queue_go_items=12000,
+        queue_py_clients=[2, 8],
+        queue_py_sec=2.0,
+        prio_items=1_000_000,
+        prio_sec=3.0,
+        echo_payloads=[400, 4000, 40000, 400000],
+        one_server=False,
+    ),
+    # Development: about 75 seconds.
+    'quick': dict(
+        reps=1,
+        payloads=[400, 40000],
+        clients=[1, 8],
+        go_sec=1.0,
+        py_payloads=[400, 40000],
+        py_clients=[8],
+        py_sec=1.0,
+        paced_payloads=[400],
+        paced_sec=1.5,
+        batched_clients=[8],
+        queue_size=1000,
+        queue_clients=[8],
+        queue_go_items=4000,
+        queue_py_clients=[8],
+        queue_py_sec=1.5,
+        prio_items=50_000,
+        prio_sec=1.5,
+        echo_payloads=[400, 40000],
+        one_server=True,
+    ),
+}
+WORKLOADS = ['section5', 'batched', 'queue', 'prioritized', 'echo']
+SERVERS = ['reverb', 'reverie']
+
+
+def log(msg):
+  print(f'[{time.strftime("%H:%M:%S")}] {msg}', file=sys.stderr, flush=True)
+
+
+def max_size(payload):
+  """Table capacity: 1M items, or about 1 GB of payload."""
+  return min(1_000_000, 1_000_000_000 // payload)
+
+
+def s5_table(payload):
+  return {'name': f's5_{payload}', 'sampler': 'uniform', 'remover': 'fifo',
+          'max_size': max_size(payload), 'rate_limiter': {'min_size': 1}}
+
+
+def queue_table(p):
+  return {'name': 'queue', 'queue': p['queue_size']}
+
+
+def prio_table(p):
+  return {'name': 'prioritized',
+          'sampler': {'prioritized': {'priority_exponent': 0.6}},
+          'remover': 'fifo', 'max_size': max(p['prio_items'], 1),
+          'rate_limiter': {'min_size': 1}}
+
+
+class Server:
+  """One server process serving a config file, on loopback."""
+
+  def __init__(self, kind, config, logdir):
+    self.kind, self.config = kind, config
+    self.log_path = os.path.join(logdir, f'{kind}.{os.path.basename(config)}.log')
+    self.proc = None
+    self.port = None
+
+  def __enter__(self):
+    logf = open(self.log_path, 'w')
+    t0 = time.monotonic()
+    if self.kind == 'reverie':
+      self.proc = subprocess.Popen(
+          [REVERIE, 'serve', '--config', self.config, '--listen', '127.0.0.1:0'],
+          stdout=logf, stderr=logf, stdin=subprocess.DEVNULL)
+      deadline = time.monotonic() + 30
+      while self.port is None and time.monotonic() < deadline:
+        m = re.search(r'reverie serving.* addr=\S*:(\d+) ', open(self.log_path).read())
+        if m:
+          self.port = int(m.group(1))
+        elif self.proc.poll() is not None:
+          break
+        else:
+          time.sleep(0.05)
+    else:
+      self.proc = subprocess.Popen(
+          [PY, os.path.join(ROOT, 'conformance', 'reverb_launcher.py'),
+           self.config, '--stdin-eof'],
+          stdout=subprocess.PIPE, stderr=logf, stdin=subprocess.PIPE, text=True)
+      line = self.proc.stdout.readline()  # port=N, or '' if it died
+      if line.startswith('port='):
+        self.port = int(line.strip().split('=')[1])
+    if self.port is None:
+      self.stop()
+      raise RuntimeError(f'{self.kind} did not start; see {self.log_path}')
+    self.pid = self.proc.pid
+    self.startup_sec = time.monotonic() - t0
+    self.idle_rss_mb = round(procstat.status_kb(self.pid, 'VmRSS') / 1024, 1)
+    log(f'{self.kind} serving {os.path.basename(self.config)} on 127.0.0.1:{self.port}'
+        f' (pid {self.pid}, up in {self.startup_sec:.1f}s, RSS {self.idle_rss_mb} MB)')
+    return self
+
+  @property
+  def addr(self):
+    return f'127.0.0.1:{self.port}'
+
+  def info(self):
+    return {'kind': self.kind, 'startup_sec': round(self.startup_sec, 2),
+            'idle_rss_mb': self.idle_rss_mb}
+
+  def stop(self):
+    if self.proc and self.proc.poll() is None:
+      self.proc.send_signal(signal.SIGTERM)
+      try:
+        self.proc.wait(15)
+      except subprocess.TimeoutExpired:
+        self.proc.kill()
+        self.proc.wait()
+
+  def __exit__(self, *_):
+    self.stop()
+
+
+class EchoServer:
+  """bench/echo's server: the bare-gRPC ceiling, driven like the others."""
+
+  kind = 'echo'
+
+  def __init__(self, logdir):
+    self.logdir = logdir
+
+  def __enter__(self):
+    logf = open(os.path.join(self.logdir, 'echo.log'), 'w')
+    self.proc = subprocess.Popen([os.path.join(TOOLS, 'echo'), 'serve', '--listen', '127.0.0.1:0'],
+                                 stdout=subprocess.PIPE, stderr=logf, text=True)
+    self.port = int(self.proc.stdout.readline().strip().split('=')[1])
+    self.pid = self.proc.pid
+    self.addr = f'127.0.0.1:{self.port}'
+    log(f'echo serving on {self.addr} (pid {self.pid})')
+    return self
+
+  def __exit__(self, *_):
+    self.proc.terminate()
+    self.proc.wait()
+
+
+class Bench:
+  """Runs clients against servers and collects the records.
+
+  Both servers (and bench/echo) run at once, idle while the other is
+  driven, and every configuration is run against each in turn, the order
+  alternating between repetitions: the machine is shared, and background
+  load then hits both alike. Tables report the best repetition.
+  """
+
+  def __init__(self, profile, outdir):
+    self.p = PROFILES[profile]
+    self.profile = profile
+    self.outdir = outdir
+    self.logdir = os.path.join(BIN, 'bench', 'logs')
+    os.makedirs(self.logdir, exist_ok=True)
+    self.records = {w: [] for w in WORKLOADS}
+    self.servers = {}  # kind -> list of server infos
+    self.nlog = 0
+    self.turn = 0
+
+  def order(self, servers):
+    """The servers in the order of this turn (rotating)."""
+    self.turn += 1
+    k = self.turn % len(servers)
+    return servers[k:] + servers[:k]
+
+  # --- running one client ------------------------------------------------
+
+  def _run(self, cmd, timeout, server=None):
+    """Runs cmd; returns (JSON lines of its stdout, server window stats)."""
+    self.nlog += 1
+    errlog = os.path.join(self.logdir, f'client.{self.nlog:03d}.log')
+    win = procstat.Window(server.pid if server else None).start()
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with open(errlog, 'w') as ef:
+      ef.write(' '.join(cmd) + '\n')
+      ef.flush()
+      try:
+        res = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=ef, text=True,
+                             timeout=timeout, stdin=subprocess.DEVNULL)
+      except subprocess.TimeoutExpired:
+        log(f'TIMEOUT after {timeout}s: {" ".join(cmd)} (log {errlog})')
+        return [], win.stop()
+    stats = win.stop()
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if stats:
+      stats['client_cpu_sec'] = round(ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime, 3)
+    out = []
+    for line in res.stdout.splitlines():
+      line = line.strip()
+      if line.startswith('{'):
+        out.append(json.loads(line))
+    if res.returncode != 0:
+      log(f'exit code {res.returncode}: {" ".join(cmd)} (log {errlog})')
+    return out, stats
+
+  def _record(self, workload, server, client, report, stats, **extra):
+    st = report.pop('server', None) or stats  # the driver measures its own window
+    rec = {'workload': workload, 'server': server.kind, 'client': client}
+    rec.update(extra)
+    rec.update(report)
+    rec['client'] = client  # the driver's own description is in client_desc
+    rec['server_stats'] = st
+    items = sum(report[k]['items'] for k in ('insert', 'sample') if k in report)
+    if st and items:
+      st['cpu_sec_per_m_items'] = round(st['cpu_sec'] / items * 1e6, 3)
+    if st and 'client_cpu_sec' in st and st.get('wall_sec'):
+      # CPU that neither this server nor this client used: other processes
+      # on the machine (the harness, other users), as a share of all CPUs.
+      other = st['machine_busy_sec'] - st['cpu_sec'] - st['client_cpu_sec']
+      st['other_cpu_share'] = round(max(other, 0) / (st['wall_sec'] * os.cpu_count()), 3)
+    self.records[workload].append(rec)
+    self._say(rec)
+    return rec
+
+  def go_bench(self, server, workload, table, mode, payload, clients,
+               sec=None, items=None, measure=True, extra=(), rep=0):
+    cmd = [REVERIE, 'bench', '--addr', server.addr, '--table', table,
+           '--mode', mode, '--payload', str(payload), '--clients', str(clients),
+           '--json'] + list(extra)
+    cmd += ['--items', str(items)] if items else ['--duration', f'{sec}s']
+    out, stats = self._run(cmd, timeout=180, server=server)
+    if not measure or not out:
+      return None
+    return self._record(workload, server, 'go', out[0], stats,
+                        bench_flags=' '.join(extra), rep=rep)
+
+  def echo_load(self, echo, payload, mode, clients, sec, rep=0):
+    cmd = [os.path.join(TOOLS, 'echo'), 'load', '--addr', echo.addr,
+           '--mode', mode, '--payload', str(payload), '--clients',
+           str(clients), '--duration', f'{sec}s', '--json']
+    out, stats = self._run(cmd, timeout=60, server=echo)
+    if out:
+      self._record('echo', echo, 'go', out[0], stats, rep=rep)
+
+  def py_driver(self, servers, workload, table, mode, payload, clients, sec, reps=1):
+    """The dm-reverb driver, one process for every server and client count."""
+    cmd = [PY, os.path.join(HERE, 'reverb_client_driver.py'), '--table', table,
+           '--mode', mode, '--payload', str(payload), '--clients',
+           ','.join(map(str, clients)), '--duration', str(sec), '--reps', str(reps)]
+    for srv in servers:
+      cmd += ['--target', f'{srv.kind},{srv.addr},{srv.pid}']
+    out, _ = self._run(cmd, timeout=60 + 10 * len(clients) * len(servers) * reps * sec)
+    by_kind = {srv.kind: srv for srv in servers}
+    turns = {}
+    for rep in out:
+      kind = rep.pop('target')
+      key = (kind, rep['clients'])
+      turns[key] = turns.get(key, -1) + 1
+      self._record(workload, by_kind[kind], 'py', rep, None, rep=turns[key])
+
+  def _say(self, rec):
+    parts = []
+    for k in ('insert', 'sample'):
+      if k in rec:
+        r = rec[k]
+        parts.append(f'{k} {r["items_per_sec"]:,.0f}/s {r["mb_per_sec"]:.1f} MB/s '
+                     f'p50 {r["p50_ms"]:.3g} p99 {r["p99_ms"]:.3g} ms')
+    st = rec.get('server_stats') or {}
+    log(f'  {rec["server"]:7} {rec["client"]:5} {rec.get("mode", ""):6} '
+        f'{rec.get("payload_bytes", "")}B x{rec.get("clients", "")}: '
+        + '; '.join(parts)
+        + (f'; cpu {st.get("cpu_sec_per_m_items", 0):.2f} s/M, '
+           f'peak {st.get("peak_rss_mb", 0):.0f} MB, others {100 * st.get("other_cpu_share", 0):.0f}%'
+           if st else ''))
+
+  # --- workloads ---------------------------------------------------------
+
+  def config(self, name, tables):
+    path = os.path.join(self.logdir, f'{name}.yaml')
+    with open(path, 'w') as f:
+      json.dump({'tables': tables}, f, indent=1)  # JSON is YAML
+    return path
+
+  def section5(self, servers, echo, payload):
+    """Reverb paper section 5: insert-only and sample-only sweeps."""
+    p = self.p
+    table = f's5_{payload}'
+    sat = {}
+    for mode in ('insert', 'sample'):
+      if mode == 'sample':
+        # Fill the tables (min(1000 items, 64 MB)) before the sample sweep,
+        # unmeasured; after the insert sweep they usually are full already.
+        for srv in servers:
+          self.go_bench(srv, 'section5', table, 'sample', payload, 1, items=1, measure=False)
+      targets = list(servers)
+      if echo and payload in p['echo_payloads']:
+        targets.append(echo)
+      for n in p['clients']:
+        for rep in range(p['reps']):
+          for srv in self.order(targets):
+            if srv is echo:
+              self.echo_load(echo, payload, mode, n, p['go_sec'], rep=rep)
+              continue
+            rec = self.go_bench(srv, 'section5', table, mode, payload, n, sec=p['go_sec'], rep=rep)
+            if rec and mode == 'sample':  # saturation: the best of the sweep
+              sat[srv.kind] = max(sat.get(srv.kind, 0), rec['sample']['items_per_sec'])
+    if payload in p['py_payloads']:
+      for mode in ('insert', 'sample'):
+        self.py_driver(servers, 'section5', table, mode, payload, p['py_clients'], p['py_sec'])
+    if payload in p['paced_payloads']:
+      self.paced(servers, payload, sat)
+
+  def paced(self, servers, payload, sat):
+    """Sample latency at half saturation: 8 clients, requests of 16 samples.
+
+    Saturation is a server's best sample items/s with `reverie bench` in
+    this sweep. Each server is run at half its own saturation, and both at
+    half the lower of the two (the same offered load).
+    """
+    if len(sat) < len(servers):
+      return
+    common = 0.5 * min(sat.values())
+    runs = []
+    for rep in range(self.p['reps']):
+      for srv in self.order(servers):
+        runs.append((srv, 'own', 0.5 * sat[srv.kind], rep))
+      for srv in self.order(servers):
+        runs.append((srv, 'common', common, rep))
+    for srv, basis, rate, rep in runs:
+      cmd = [os.path.join(TOOLS, 'paced'), '--addr', srv.addr, '--table',
+             f's5_{payload}', '--rate', f'{rate:.0f}', '--batch', '16',
+             '--clients', '8', '--duration', f'{self.p["paced_sec"]}s', '--json']
+      out, stats = self._run(cmd, timeout=60, server=srv)
+      if out:
+        self._record('section5', srv, 'paced', out[0], stats, payload_bytes=payload,
+                     rate_basis=basis, saturation_items_per_sec=dict(sat), rep=rep)
+
+  def batched(self, servers):
+    """400 B with deeper pipelines than reverie bench's defaults.
+
+    Samplers ask for 256 samples per request (--in-flight 256, default 16)
+    and writers keep up to 1024 items unconfirmed (default 128).
+    """
+    p = self.p
+    table = 's5_400'
+    for mode, flags in (('insert', ['--max-in-flight-items', '1024']),
+                        ('sample', ['--in-flight', '256'])):
+      if mode == 'sample':
+        for srv in servers:
+          self.go_bench(srv, 'batched', table, 'sample', 400, 1, items=1, measure=False)
+      for n in p['batched_clients']:
+        for rep in range(p['reps']):
+          for srv in self.order(servers):
+            self.go_bench(srv, 'batched', table, mode, 400, n, sec=p['go_sec'], extra=flags, rep=rep)
+
+  def queue(self, servers):
+    p = self.p
+    # Prefill (reverie bench fills the queue to min(1000, queue size) items
+    # before sampling), unmeasured.
+    for srv in servers:
+      self.go_bench(srv, 'queue', 'queue', 'mixed', 40000, 2, items=2, measure=False)
+    for n in p['queue_clients']:
+      for rep in range(p['reps']):
+        for srv in self.order(servers):
+          self.go_bench(srv, 'queue', 'queue', 'mixed', 40000, n, items=p['queue_go_items'], rep=rep)
+    # The driver's mixed mode takes one server per process (it exits
+    # without waiting for calls blocked on the queue).
+    for n in p['queue_py_clients']:
+      for srv in self.order(servers):
+        self.py_driver([srv], 'queue', 'queue', 'mixed', 40000, [n], p['queue_py_sec'])
+
+  def prioritized(self, servers):
+    p = self.p
+    tool = os.path.join(TOOLS, 'prioritized')
+    phases = [('insert', ['--items', str(p['prio_items']), '--writers', '4'], 0)]
+    phases += [('sample', ['--duration', f'{p["prio_sec"]}s', '--learners', '1'], rep)
+               for rep in range(p['reps'])]
+    for phase, args, rep in phases:
+      for srv in self.order(servers):
+        cmd = [tool, '--phase', phase, '--addr', srv.addr, '--table',
+               'prioritized', '--json'] + args
+        out, stats = self._run(cmd, timeout=600, server=srv)
+        if out:
+          self._record('prioritized', srv, 'go', out[0], stats, rep=rep)
+
+  def run(self, only):
+    p = self.p
+    groups = []  # (name, tables, [callables taking the list of servers])
+    if p['one_server']:
+      tables, steps = [], []
+      if 'section5' in only:
+        for payload in p['payloads']:
+          tables.append(s5_table(payload))
+          steps.append(lambda s, pl=payload: self.section5(s, self.echo, pl))
+      if 'batched' in only:
+        if 400 not in p['payloads'] or 'section5' not in only:
+          tables.append(s5_table(400))
+        steps.append(self.batched)
+      if 'queue' in only:
+        tables.append(queue_table(p))
+        steps.append(self.queue)
+      if 'prioritized' in only:
+        tables.append(prio_table(p))
+        steps.append(self.prioritized)
+      if tables:
+        groups.append(('all', tables, steps))
+    else:
+      if 'section5' in only:
+        for payload in p['payloads']:
+          groups.append((f's5_{payload}', [s5_table(payload)],
+                         [lambda s, pl=payload: self.section5(s, self.echo, pl)]))
+      if 'batched' in only:
+        groups.append(('batched', [s5_table(400)], [self.batched]))
+      if 'queue' in only:
+        groups.append(('queue', [queue_table(p)], [self.queue]))
+      if 'prioritized' in only:
+        groups.append(('prioritized', [prio_table(p)], [self.prioritized]))
+    self.echo = None
+    with contextlib.ExitStack() as stack:
+      if 'echo' in only:
+        self.echo = stack.enter_context(EchoServer(self.logdir))
+        self.servers['echo'] = [{'kind': 'echo'}]
+      for name, tables, steps in groups:
+        cfg = self.config(name, tables)
+        log(f'== {name}')
+        with contextlib.ExitStack() as group:
+          servers = [group.enter_context(Server(kind, cfg, self.logdir)) for kind in SERVERS]
+          for srv in servers:
+            info = srv.info()
+            info['group'] = name
+            self.servers.setdefault(srv.kind, []).append(info)
+          for step in steps:
+            step(servers)
+      if self.echo and 'section5' not in only:
+        # The echo sweep alone (with section5 it is interleaved there).
+        for payload in p['echo_payloads']:
+          for mode in ('insert', 'sample'):
+            for n in p['clients']:
+              self.echo_load(self.echo, payload, mode, n, p['go_sec'])
+
+  def write(self, only, argv, elapsed):
+    os.makedirs(self.outdir, exist_ok=True)
+    meta = {
+        'profile': self.profile,
+        'date': datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC'),
+        'command': 'make bench' if self.profile == 'full' else 'make bench-quick',
+        'argv': argv,
+        'elapsed_sec': round(elapsed, 1),
+        'machine': machine(),
+        'reverie_commit': git_commit(),
+        'servers': self.servers,
+        'profile_params': self.p,
+    }
+    for w in only:
+      with open(os.path.join(self.outdir, f'{w}.json'), 'w') as f:
+        json.dump({'meta': meta, 'runs': self.records[w]}, f, indent=1)
+    md = tables_md.render(self.outdir)
+    with open(os.path.join(self.outdir, 'tables.md'), 'w') as f:
+      f.write(md)
+    log(f'wrote {self.outdir}/*.json and tables.md')
+
+
+def machine():
+  cpu = ''
+  try:
+    with open('/proc/cpuinfo') as f:
+      m = re.search(r'model name\s*:\s*(.*)', f.read())
+      cpu = m.group(1) if m else ''
+  except OSError:
+    pass
+  with open('/proc/meminfo') as f:
+    total = int(f.readline().split()[1]) // 1024 // 1024
+  return {'cpus': os.cpu_count(), 'cpu': cpu, 'mem_gib': total,
+          'kernel': platform.release()}
+
+
+def git_commit():
+  try:
+    return subprocess.run(['git', '-C', ROOT, 'rev-parse', '--short', 'HEAD'],
+                          capture_output=True, text=True).stdout.strip()
+  except OSError:
+    return ''
+
+
+def main(argv):
+  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument('--profile', choices=sorted(PROFILES), default='quick')
+  ap.add_argument('--only', default=','.join(WORKLOADS),
+                  help='comma-separated workloads: ' + ','.join(WORKLOADS))
+  ap.add_argument('--out', help='results directory (default: bench/results, '
+                  'or bench/results/quick for the quick profile)')
+  args = ap.parse_args(argv[1:])
+  only = [w for w in args.only.split(',') if w]
+  for w in only:
+    if w not in WORKLOADS:
+      ap.error(f'unknown workload {w}')
+  out = args.out or os.path.join(HERE, 'results', *(['quick'] if args.profile == 'quick' else []))
+  for exe in [REVERIE] + [os.path.join(TOOLS, t) for t in ('echo', 'paced', 'prioritized')]:
+    if not os.access(exe, os.X_OK):
+      ap.error(f'{exe} missing: run bench/bench.sh (make bench), which builds it')
+  t0 = time.monotonic()
+  b = Bench(args.profile, out)
+  log(f'profile {args.profile}: {", ".join(only)}; logs in {b.logdir}')
+  b.run(only)
+  b.write(only, argv, time.monotonic() - t0)
+  log(f'done in {time.monotonic() - t0:.0f}s')
+
+
+if __name__ == '__main__':
+  main(sys.argv)
