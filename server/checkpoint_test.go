@@ -317,20 +317,22 @@ func TestConcurrentCheckpointCalls(t *testing.T) {
 			})
 		}
 	})
-	paths := make(chan string, 4)
-	call := func() {
+	// The first call and the waiting ones report on separate channels: the
+	// goroutines race to send, so one channel would not say which is which.
+	firstPath, paths := make(chan string, 1), make(chan string, 3)
+	call := func(out chan<- string) {
 		resp, err := a.Client.Checkpoint(context.Background(), &reverbpb.CheckpointRequest{})
 		if err != nil {
 			t.Error(err)
 		}
-		paths <- resp.GetCheckpointPath()
+		out <- resp.GetCheckpointPath()
 	}
-	go call()
+	go call(firstPath)
 	<-paused
 	var wg sync.WaitGroup
 	for range 3 {
 		wg.Add(1)
-		go func() { defer wg.Done(); call() }()
+		go func() { defer wg.Done(); call(paths) }()
 	}
 	// The three wait for the next checkpoint; let them all join it.
 	deadline := time.Now().Add(10 * time.Second)
@@ -342,7 +344,7 @@ func TestConcurrentCheckpointCalls(t *testing.T) {
 	}
 	close(resume)
 	wg.Wait()
-	first := <-paths
+	first := <-firstPath
 	var later []string
 	for range 3 {
 		later = append(later, <-paths)
