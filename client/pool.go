@@ -798,47 +798,21 @@ func (c *PoolColumn) Len() int {
 // At references the step at index i as a column of one row; see
 // Column.At.
 func (c *PoolColumn) At(i int) PoolTrajectoryColumn {
-	return c.resolve(func(n int) (int, int, error) {
-		j := i
-		if j < 0 {
-			j += n
-		}
-		if j < 0 || j >= n {
-			return 0, 0, fmt.Errorf("index %d out of range: history of column %q holds %d steps", i, c.name, n)
-		}
-		return j, j + 1, nil
-	})
+	return c.resolve(atBounds(c.name, i))
 }
 
 // Slice references the steps [from, to); see Column.Slice.
 func (c *PoolColumn) Slice(from, to int) PoolTrajectoryColumn {
-	return c.resolve(func(n int) (int, int, error) {
-		f, t := from, to
-		if f < 0 {
-			f += n
-		}
-		if t < 0 {
-			t += n
-		}
-		if f < 0 || f >= t || t > n {
-			return 0, 0, fmt.Errorf("slice [%d:%d] out of range or empty: history of column %q holds %d steps", from, to, c.name, n)
-		}
-		return f, t, nil
-	})
+	return c.resolve(sliceBounds(c.name, from, to))
 }
 
 // Last references the latest n steps, oldest first; see Column.Last.
 func (c *PoolColumn) Last(n int) PoolTrajectoryColumn {
-	return c.resolve(func(have int) (int, int, error) {
-		if n < 1 || n > have {
-			return 0, 0, fmt.Errorf("last %d steps out of range: history of column %q holds %d steps", n, c.name, have)
-		}
-		return have - n, have, nil
-	})
+	return c.resolve(lastBounds(c.name, n))
 }
 
 // resolve turns window indices into step numbers, checking for gaps.
-func (c *PoolColumn) resolve(bounds func(n int) (from, to int, err error)) PoolTrajectoryColumn {
+func (c *PoolColumn) resolve(bounds historyBounds) PoolTrajectoryColumn {
 	w := c.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -1243,60 +1217,13 @@ func (s *PoolSampler) endErr() error {
 // Samples returns an iterator over the merged samples; see
 // Sampler.Samples.
 func (s *PoolSampler) Samples(ctx context.Context) iter.Seq2[Sample, error] {
-	return func(yield func(Sample, error) bool) {
-		for {
-			smp, err := s.Next(ctx)
-			if errors.Is(err, io.EOF) {
-				return
-			}
-			if err != nil {
-				yield(Sample{}, err)
-				return
-			}
-			if !yield(smp, nil) {
-				return
-			}
-		}
-	}
+	return samplesOf(ctx, s.Next)
 }
 
 // Batches returns an iterator over batches of n merged samples; see
 // Sampler.Batches.
 func (s *PoolSampler) Batches(ctx context.Context, n int) iter.Seq2[Batch, error] {
-	return func(yield func(Batch, error) bool) {
-		if n <= 0 {
-			yield(Batch{}, fmt.Errorf("%w: Batches: batch size %d <= 0", ErrInvalidArgument, n))
-			return
-		}
-		for {
-			samples := make([]Sample, 0, n)
-			var err error
-			for len(samples) < n {
-				var smp Sample
-				if smp, err = s.Next(ctx); err != nil {
-					break
-				}
-				samples = append(samples, smp)
-			}
-			if len(samples) > 0 {
-				b, berr := stackSamples(samples)
-				if berr != nil {
-					yield(Batch{}, berr)
-					return
-				}
-				if !yield(b, nil) {
-					return
-				}
-			}
-			if errors.Is(err, io.EOF) {
-				return
-			}
-			if err != nil {
-				yield(Batch{}, err)
-				return
-			}
-		}
-	}
+	return batchesOf(ctx, n, s.Next)
 }
 
 // Close stops every server's Sampler and waits for them to exit. Merged

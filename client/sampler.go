@@ -251,9 +251,28 @@ func (s *Sampler) Next(ctx context.Context) (Sample, error) {
 // such as ctx's error when ctx ends. Breaking out of the loop leaves the
 // Sampler usable.
 func (s *Sampler) Samples(ctx context.Context) iter.Seq2[Sample, error] {
+	return samplesOf(ctx, s.Next)
+}
+
+// Batches returns an iterator over batches of n samples whose columns are
+// stacked along a new leading axis (see Batch). Every sample of a batch must
+// have the same number of columns with the same dtypes and shapes;
+// otherwise the iterator yields an error wrapping ErrInvalidArgument and
+// stops. When the samples run out (MaxSamples reached, a terminal error
+// such as a rate limiter timeout, or ctx ending), the samples gathered so
+// far are yielded as a final, smaller batch, followed by the error if there
+// is one. n must be positive.
+func (s *Sampler) Batches(ctx context.Context, n int) iter.Seq2[Batch, error] {
+	return batchesOf(ctx, n, s.Next)
+}
+
+// samplesOf iterates over the samples next returns until it reports io.EOF
+// (a quiet end) or another error (yielded once). Sampler and PoolSampler
+// share it.
+func samplesOf(ctx context.Context, next func(context.Context) (Sample, error)) iter.Seq2[Sample, error] {
 	return func(yield func(Sample, error) bool) {
 		for {
-			smp, err := s.Next(ctx)
+			smp, err := next(ctx)
 			if errors.Is(err, io.EOF) {
 				return
 			}
@@ -268,15 +287,9 @@ func (s *Sampler) Samples(ctx context.Context) iter.Seq2[Sample, error] {
 	}
 }
 
-// Batches returns an iterator over batches of n samples whose columns are
-// stacked along a new leading axis (see Batch). Every sample of a batch must
-// have the same number of columns with the same dtypes and shapes;
-// otherwise the iterator yields an error wrapping ErrInvalidArgument and
-// stops. When the samples run out (MaxSamples reached, a terminal error
-// such as a rate limiter timeout, or ctx ending), the samples gathered so
-// far are yielded as a final, smaller batch, followed by the error if there
-// is one. n must be positive.
-func (s *Sampler) Batches(ctx context.Context, n int) iter.Seq2[Batch, error] {
+// batchesOf stacks the samples next returns into batches of n; see
+// Sampler.Batches. Sampler and PoolSampler share it.
+func batchesOf(ctx context.Context, n int, next func(context.Context) (Sample, error)) iter.Seq2[Batch, error] {
 	return func(yield func(Batch, error) bool) {
 		if n <= 0 {
 			yield(Batch{}, fmt.Errorf("%w: Batches: batch size %d <= 0", ErrInvalidArgument, n))
@@ -287,7 +300,7 @@ func (s *Sampler) Batches(ctx context.Context, n int) iter.Seq2[Batch, error] {
 			var err error
 			for len(samples) < n {
 				var smp Sample
-				if smp, err = s.Next(ctx); err != nil {
+				if smp, err = next(ctx); err != nil {
 					break
 				}
 				samples = append(samples, smp)

@@ -42,23 +42,44 @@ func (c *Column) Len() int {
 // column of one row. Use Squeeze to drop the leading axis, as Python's
 // history[i] does.
 func (c *Column) At(i int) TrajectoryColumn {
-	return c.cells(func(n int) (int, int, error) {
-		j := i
-		if j < 0 {
-			j += n
-		}
-		if j < 0 || j >= n {
-			return 0, 0, fmt.Errorf("index %d out of range: history of column %q holds %d steps", i, c.name, n)
-		}
-		return j, j + 1, nil
-	})
+	return c.cells(atBounds(c.name, i))
 }
 
 // Slice references the steps [from, to) (negative bounds count from the
 // end). Unlike Python slices, bounds outside the history and empty ranges
 // are errors.
 func (c *Column) Slice(from, to int) TrajectoryColumn {
-	return c.cells(func(n int) (int, int, error) {
+	return c.cells(sliceBounds(c.name, from, to))
+}
+
+// Last references the latest n steps, oldest first: Python's history[-n:].
+func (c *Column) Last(n int) TrajectoryColumn {
+	return c.cells(lastBounds(c.name, n))
+}
+
+// historyBounds maps the number of steps in a history window to the range
+// [from, to) of window indices a reference takes, or an error. atBounds,
+// sliceBounds and lastBounds make them for Column and PoolColumn alike.
+type historyBounds func(n int) (from, to int, err error)
+
+// atBounds is step i (negative counts from the end).
+func atBounds(column string, i int) historyBounds {
+	return func(n int) (int, int, error) {
+		j := i
+		if j < 0 {
+			j += n
+		}
+		if j < 0 || j >= n {
+			return 0, 0, fmt.Errorf("index %d out of range: history of column %q holds %d steps", i, column, n)
+		}
+		return j, j + 1, nil
+	}
+}
+
+// sliceBounds is steps [from, to) (negative bounds count from the end);
+// bounds outside the window and empty ranges are errors.
+func sliceBounds(column string, from, to int) historyBounds {
+	return func(n int) (int, int, error) {
 		f, t := from, to
 		if f < 0 {
 			f += n
@@ -67,24 +88,24 @@ func (c *Column) Slice(from, to int) TrajectoryColumn {
 			t += n
 		}
 		if f < 0 || f >= t || t > n {
-			return 0, 0, fmt.Errorf("slice [%d:%d] out of range or empty: history of column %q holds %d steps", from, to, c.name, n)
+			return 0, 0, fmt.Errorf("slice [%d:%d] out of range or empty: history of column %q holds %d steps", from, to, column, n)
 		}
 		return f, t, nil
-	})
+	}
 }
 
-// Last references the latest n steps, oldest first: Python's history[-n:].
-func (c *Column) Last(n int) TrajectoryColumn {
-	return c.cells(func(have int) (int, int, error) {
-		if n < 1 || n > have {
-			return 0, 0, fmt.Errorf("last %d steps out of range: history of column %q holds %d steps", n, c.name, have)
+// lastBounds is the latest k steps, oldest first.
+func lastBounds(column string, k int) historyBounds {
+	return func(n int) (int, int, error) {
+		if k < 1 || k > n {
+			return 0, 0, fmt.Errorf("last %d steps out of range: history of column %q holds %d steps", k, column, n)
 		}
-		return have - n, have, nil
-	})
+		return n - k, n, nil
+	}
 }
 
 // cells resolves a range of the history under the writer's lock.
-func (c *Column) cells(bounds func(n int) (from, to int, err error)) TrajectoryColumn {
+func (c *Column) cells(bounds historyBounds) TrajectoryColumn {
 	w := c.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
