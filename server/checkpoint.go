@@ -71,6 +71,9 @@ func (s *Server) checkpointLoop(r *checkpointRun) {
 	defer s.bg.Done()
 	for r != nil {
 		r.dir, r.err = s.writeCheckpoint(s.bgCtx)
+		if r.err != nil && !errors.Is(r.err, errShuttingDown) {
+			s.log.Error("checkpoint failed", "dir", s.ckptRoot, "err", r.err)
+		}
 		close(r.done)
 		s.ckpt.mu.Lock()
 		r, s.ckpt.next = s.ckpt.next, nil
@@ -121,7 +124,12 @@ func (s *Server) writeCheckpoint(ctx context.Context) (string, error) {
 	}
 	// One instant for every table: BeginSnapshots holds all their locks
 	// at once, for the time it takes to record counters.
-	snaps, err := table.BeginSnapshots(ts...)
+	var mark uint64 // the log's position at the snapshots
+	var at func()
+	if s.wal != nil {
+		at = func() { mark = s.wal.Mark() }
+	}
+	snaps, err := table.BeginSnapshotsAt(at, ts...)
 	if err != nil {
 		if errors.Is(err, table.ErrClosed) {
 			return "", errShuttingDown
@@ -190,9 +198,14 @@ func (s *Server) writeCheckpoint(ctx context.Context) (string, error) {
 		s.checkpointHook("table-end", st.Name())
 	}
 	written := time.Now()
+	w.SetWALPosition(mark)
 	dir, err := w.Commit()
 	if err != nil {
 		return "", err
+	}
+	if s.wal != nil {
+		// The checkpoint is durable: the log before it can go.
+		s.wal.Cut(mark)
 	}
 	synced := time.Since(written)
 	if err := checkpoint.Prune(s.ckptRoot, dir); err != nil {
@@ -205,7 +218,7 @@ func (s *Server) writeCheckpoint(ctx context.Context) (string, error) {
 	s.log.Info("checkpoint written", "dir", dir, "tables", len(snaps), "items", items,
 		"chunk_bytes", chunkBytes, "file_bytes", size, "duration", time.Since(start).String(),
 		"pages", cs.Pages, "pages_copied_on_write", cs.CopiedOnWrite, "capture", cs.Capture.String(),
-		"max_lock_hold", cs.MaxHold.String(), "fsync_and_rename", synced.String())
+		"max_lock_hold", cs.MaxHold.String(), "fsync_and_rename", synced.String(), "wal_position", mark)
 	return dir, nil
 }
 
@@ -237,36 +250,38 @@ func tableCheckpointHeader(info table.Info, tc TableConfig) *reverbpb.PriorityTa
 
 // restoreAtStart restores Config.RestorePath, or else the newest complete
 // checkpoint in CheckpointDir, if any.
-func (s *Server) restoreAtStart() error {
+// It returns the checkpoint's write-ahead log position (0 if none).
+func (s *Server) restoreAtStart() (uint64, error) {
 	path := s.cfg.RestorePath
 	if path == "" && s.ckptRoot != "" {
 		latest, err := checkpoint.Latest(s.ckptRoot)
 		if err != nil {
-			return fmt.Errorf("%w: %v", ErrRestore, err)
+			return 0, fmt.Errorf("%w: %v", ErrRestore, err)
 		}
 		path = latest
 	}
 	if path == "" {
-		return nil
+		return 0, nil
 	}
-	if err := s.restore(path); err != nil {
-		return fmt.Errorf("%w: %w", ErrRestore, err)
+	mark, err := s.restore(path)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrRestore, err)
 	}
-	return nil
+	return mark, nil
 }
 
 // restore loads the checkpoint at path into the new, unserved tables. It
 // verifies the whole file before it applies anything; an error leaves the
 // server unusable, and New discards it.
-func (s *Server) restore(path string) error {
+func (s *Server) restore(path string) (uint64, error) {
 	start := time.Now()
 	file, err := checkpoint.Resolve(path)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	sum, err := checkpoint.Verify(file)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	verified := time.Since(start)
 	var unknown []string
@@ -278,7 +293,7 @@ func (s *Server) restore(path string) error {
 		}
 	}
 	if len(unknown) > 0 {
-		return fmt.Errorf("checkpoint %s holds table(s) %s that the config does not declare; "+
+		return 0, fmt.Errorf("checkpoint %s holds table(s) %s that the config does not declare; "+
 			"refusing to start rather than drop %d items: declare the tables, or restore another checkpoint",
 			file, strings.Join(unknown, ", "), lost)
 	}
@@ -341,11 +356,12 @@ func (s *Server) restore(path string) error {
 		return nil
 	})
 	if err != nil {
-		return err
+		return 0, err
 	}
 	s.log.Info("checkpoint restored", "path", file, "tables", len(sum.Tables), "items", sum.Items,
-		"chunks", sum.Chunks, "file_bytes", sum.Size, "duration", time.Since(start).String(), "verify", verified.String())
-	return nil
+		"chunks", sum.Chunks, "file_bytes", sum.Size, "wal_position", sum.WALPosition,
+		"duration", time.Since(start).String(), "verify", verified.String())
+	return sum.WALPosition, nil
 }
 
 func restoreItem(t *serverTable, r *checkpoint.Record, chunks map[uint64]*chunkstore.Chunk) error {

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"time"
 
 	"github.com/reverie-rl/reverie/api/tensorflowpb"
 	"github.com/reverie-rl/reverie/internal/ratelimit"
 	"github.com/reverie-rl/reverie/internal/table"
+	"github.com/reverie-rl/reverie/internal/wal"
 	"github.com/reverie-rl/reverie/selector"
 )
 
@@ -45,9 +47,39 @@ type Config struct {
 	// CheckpointDir. See docs/formats.md for what is restored and what the
 	// config decides.
 	RestorePath string
+	// WAL turns on durable mode: a write-ahead log of every change, from
+	// which the server recovers after a crash. The zero value is off. See
+	// docs/formats.md.
+	WAL WALConfig
 	// Logger receives the server's structured logs. Nil means slog.Default().
 	Logger *slog.Logger
 }
+
+// WALConfig configures the write-ahead log. Durable mode needs
+// CheckpointDir: the server takes a checkpoint whenever the log grows by
+// CheckpointAfterBytes and then cuts the log.
+type WALConfig struct {
+	// Fsync is the fsync policy, and turns the log on: "always" (an insert,
+	// sample, update or reset is answered only once it is on disk),
+	// "interval" (written at once, fsynced every Interval: a machine crash
+	// loses at most Interval) or "never" (written at once, fsynced by the
+	// operating system). Empty means no log.
+	Fsync string
+	// Interval is the fsync interval under "interval"; zero means 100ms.
+	Interval time.Duration
+	// Dir holds the log's segment files; empty means CheckpointDir/wal.
+	Dir string
+	// CheckpointAfterBytes takes a checkpoint once the log has grown this
+	// much since the last one; zero means DefaultCheckpointAfterBytes, < 0
+	// never (the log then grows until a Checkpoint call).
+	CheckpointAfterBytes int64
+}
+
+// DefaultCheckpointAfterBytes is WALConfig.CheckpointAfterBytes's default.
+const DefaultCheckpointAfterBytes = 1 << 30
+
+// Enabled reports whether durable mode is on.
+func (w WALConfig) Enabled() bool { return w.Fsync != "" }
 
 // RateLimiter configures a table's rate limiter; see MinSize,
 // SampleToInsertRatio, Queue and Stack for the usual forms.
@@ -179,6 +211,17 @@ func (c *Config) Validate() error {
 		}
 		if err := t.RateLimiter.Validate(); err != nil {
 			return fmt.Errorf("%w: %s.rate_limiter: %v", ErrInvalidConfig, field, err)
+		}
+	}
+	if c.WAL.Enabled() {
+		if _, err := wal.ParseSync(c.WAL.Fsync); err != nil {
+			return fmt.Errorf("%w: wal.fsync: want always, interval or never, got %q", ErrInvalidConfig, c.WAL.Fsync)
+		}
+		if c.WAL.Interval < 0 {
+			return fmt.Errorf("%w: wal.interval: must be >= 0, got %v", ErrInvalidConfig, c.WAL.Interval)
+		}
+		if c.CheckpointDir == "" {
+			return fmt.Errorf("%w: wal: durable mode needs checkpoint_dir, where the server checkpoints to cut the log", ErrInvalidConfig)
 		}
 	}
 	return nil

@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/encoding/prototext"
@@ -31,6 +32,7 @@ import (
 
 	"github.com/reverie-rl/reverie/api/reverbpb"
 	"github.com/reverie-rl/reverie/api/tensorflowpb"
+	"github.com/reverie-rl/reverie/internal/wal"
 	"github.com/reverie-rl/reverie/selector"
 )
 
@@ -521,9 +523,11 @@ type yamlFile struct {
 	Listen        yaml.Node   `yaml:"listen"`
 	CheckpointDir yaml.Node   `yaml:"checkpoint_dir"`
 	Tables        []yamlTable `yaml:"tables"`
+	// Durable mode (the write-ahead log).
+	WAL yaml.Node `yaml:"wal"`
 }
 
-const yamlTopKeys = "port, listen, checkpoint_dir, tables"
+const yamlTopKeys = "port, listen, checkpoint_dir, tables, wal"
 
 // yamlTable is one entry of tables.
 type yamlTable struct {
@@ -586,6 +590,13 @@ func (p *cfgParser) parseYAML(data []byte, cfg *Config) error {
 		}
 		cfg.CheckpointDir = dir
 	}
+	if !yamlAbsent(&f.WAL) {
+		w, err := p.ywal(&f.WAL)
+		if err != nil {
+			return err
+		}
+		cfg.WAL = w
+	}
 	// The nodes of the tables, for their lines.
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
@@ -617,6 +628,47 @@ func (p *cfgParser) parseYAML(data []byte, cfg *Config) error {
 		cfg.Tables = append(cfg.Tables, tc)
 	}
 	return nil
+}
+
+// ywal decodes the wal block: fsync, interval, dir, checkpoint_after_bytes.
+func (p *cfgParser) ywal(n *yaml.Node) (WALConfig, error) {
+	var w WALConfig
+	m, _, err := p.ymapping(n, "wal", "fsync", "interval", "dir", "checkpoint_after_bytes")
+	if err != nil {
+		return w, err
+	}
+	fs, ok := m["fsync"]
+	if !ok || yamlAbsent(fs) {
+		return w, p.yerrf("wal.fsync", n, "required: always, interval or never")
+	}
+	if w.Fsync, err = p.ystring(fs, "wal.fsync"); err != nil {
+		return w, err
+	}
+	if _, err := wal.ParseSync(w.Fsync); err != nil {
+		return w, p.yerrf("wal.fsync", fs, "want always, interval or never, got %q", w.Fsync)
+	}
+	if v, ok := m["interval"]; ok && !yamlAbsent(v) {
+		str, err := p.ystring(v, "wal.interval")
+		if err != nil {
+			return w, err
+		}
+		d, err := time.ParseDuration(str)
+		if err != nil || d <= 0 {
+			return w, p.yerrf("wal.interval", v, "must be a positive duration such as 100ms, got %q", str)
+		}
+		w.Interval = d
+	}
+	if v, ok := m["dir"]; ok && !yamlAbsent(v) {
+		if w.Dir, err = p.ystring(v, "wal.dir"); err != nil {
+			return w, err
+		}
+	}
+	if v, ok := m["checkpoint_after_bytes"]; ok && !yamlAbsent(v) {
+		if w.CheckpointAfterBytes, err = p.yint(v, "wal.checkpoint_after_bytes"); err != nil {
+			return w, err
+		}
+	}
+	return w, nil
 }
 
 // yamlTableNodes returns the entries of the top-level tables list.

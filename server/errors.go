@@ -6,6 +6,7 @@ import (
 
 	"github.com/reverie-rl/reverie/internal/checkpoint"
 	"github.com/reverie-rl/reverie/internal/table"
+	"github.com/reverie-rl/reverie/internal/wal"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -62,7 +63,7 @@ func toStatus(err error) error {
 		code = codes.InvalidArgument
 	case errors.Is(err, ErrChunkNotHeld), errors.Is(err, ErrNoCheckpointDir):
 		code = codes.FailedPrecondition
-	case errors.Is(err, table.ErrClosed), errors.Is(err, errShuttingDown):
+	case errors.Is(err, table.ErrClosed), errors.Is(err, errShuttingDown), errors.Is(err, wal.ErrClosed):
 		// Clients retry UNAVAILABLE: writers re-send unconfirmed items.
 		code = codes.Unavailable
 	default:

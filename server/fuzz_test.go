@@ -105,7 +105,7 @@ func FuzzInsertStream(f *testing.F) {
 			if proto.Unmarshal(b, req) != nil {
 				continue // gRPC would have failed the stream before the handler
 			}
-			if err := ist.handle(ctx, req, func(uint64) {}); err != nil {
+			if err := ist.handle(ctx, req, func(uint64, uint64) {}); err != nil {
 				checkStatus(t, err)
 				break
 			}
@@ -182,7 +182,7 @@ func FuzzSampleStream(f *testing.F) {
 				fuzzSeedItem(1, "prio", 1, 1, 0, 2), fuzzSeedItem(2, "prio", 0, 1, 1, 1),
 				fuzzSeedItem(3, "queue", 1, 1, 0, 1), fuzzSeedItem(4, "queue", 1, 1, 1, 1),
 			},
-		}, func(uint64) {})
+		}, func(uint64, uint64) {})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/reverie-rl/reverie/api/reverbpb"
 	"github.com/reverie-rl/reverie/internal/chunkstore"
 	"github.com/reverie-rl/reverie/internal/table"
+	"github.com/reverie-rl/reverie/internal/wal"
 )
 
 // InsertStream implements ReverbService. Requests are handled one at a time,
@@ -22,6 +23,12 @@ func (s *Server) InsertStream(stream reverbpb.ReverbService_InsertStreamServer) 
 	defer is.releaseAll()
 
 	conf := newConfirmer(stream.Send)
+	if s.wal != nil && s.wal.Sync() == wal.SyncAlways {
+		// Under fsync always a key is confirmed only once its item is on
+		// disk; the confirmer waits, so the stream reads on meanwhile and
+		// every stream's items share the fsyncs (group commit).
+		conf.durable = func(lsn uint64) error { return s.wal.WaitDurable(ctx, lsn) }
+	}
 	defer conf.close()
 
 	reqs := recvLoop(ctx, stream.Recv)
@@ -60,8 +67,10 @@ type insertStream struct {
 
 // handle processes one request: store its chunks, insert its items in order
 // (waiting on rate limiters), then drop held chunks not named in
-// keep_chunk_keys. confirm is called with each key once its item is applied.
-func (is *insertStream) handle(ctx context.Context, req *reverbpb.InsertStreamRequest, confirm func(uint64)) error {
+// keep_chunk_keys. confirm is called with each key once its item is applied,
+// with the write-ahead log position the confirmation must wait for (0 for
+// none).
+func (is *insertStream) handle(ctx context.Context, req *reverbpb.InsertStreamRequest, confirm func(key, lsn uint64)) error {
 	if len(req.GetChunks()) == 0 && len(req.GetItems()) == 0 {
 		return fmt.Errorf("%w: request has neither chunks nor items", ErrInvalidRequest)
 	}
@@ -79,7 +88,12 @@ func (is *insertStream) handle(ctx context.Context, req *reverbpb.InsertStreamRe
 		if err := is.insert(ctx, i, pi); err != nil {
 			return err
 		}
-		confirm(pi.GetKey())
+		if w := is.srv.wal; w != nil {
+			if err := w.Err(); err != nil {
+				return fmt.Errorf("items[%d] (key %d) is in its table but the write-ahead log failed: %w", i, pi.GetKey(), err)
+			}
+		}
+		confirm(pi.GetKey(), is.srv.durableLSN())
 	}
 	return is.keep(req.GetKeepChunkKeys())
 }
@@ -220,9 +234,13 @@ func (is *insertStream) releaseAll() {
 // batching whatever keys accumulated while the previous send was in flight.
 type confirmer struct {
 	send func(*reverbpb.InsertStreamResponse) error
+	// durable, if set, waits until the log holds every record up to lsn
+	// on disk; keys are sent only after.
+	durable func(lsn uint64) error
 
 	mu      sync.Mutex
 	keys    []uint64 // guarded by mu
+	lsn     uint64   // guarded by mu; the greatest lsn of keys
 	err     error    // guarded by mu; the first send error
 	wake    chan struct{}
 	stop    chan struct{}
@@ -241,9 +259,10 @@ func newConfirmer(send func(*reverbpb.InsertStreamResponse) error) *confirmer {
 	return c
 }
 
-func (c *confirmer) add(key uint64) {
+func (c *confirmer) add(key, lsn uint64) {
 	c.mu.Lock()
 	c.keys = append(c.keys, key)
+	c.lsn = max(c.lsn, lsn)
 	c.mu.Unlock()
 	select {
 	case c.wake <- struct{}{}:
@@ -261,10 +280,18 @@ func (c *confirmer) run() {
 			stopping = true
 		}
 		c.mu.Lock()
-		keys := c.keys
+		keys, lsn := c.keys, c.lsn
 		c.keys = nil
 		failed := c.err != nil
 		c.mu.Unlock()
+		if len(keys) > 0 && !failed && c.durable != nil && lsn > 0 {
+			if err := c.durable(lsn); err != nil {
+				c.mu.Lock()
+				c.err = fmt.Errorf("write-ahead log: %w", err)
+				c.mu.Unlock()
+				failed = true
+			}
+		}
 		if len(keys) > 0 && !failed {
 			if err := c.send(&reverbpb.InsertStreamResponse{Keys: keys}); err != nil {
 				c.mu.Lock()

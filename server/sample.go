@@ -77,6 +77,12 @@ func (s *Server) serveSampleRequest(ctx context.Context, req *reverbpb.SampleStr
 		if err != nil {
 			return err
 		}
+		// Under fsync always, a sample is sent only once its effect
+		// (times_sampled, a max_times_sampled delete) is on disk, so a
+		// crash cannot make a queue deliver an item twice.
+		if err := s.waitDurable(ctx); err != nil {
+			return err
+		}
 		if err := sendSamples(t.Name(), samples, send); err != nil {
 			return err
 		}

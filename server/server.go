@@ -29,6 +29,7 @@ import (
 	"github.com/reverie-rl/reverie/api/reverbpb"
 	"github.com/reverie-rl/reverie/internal/chunkstore"
 	"github.com/reverie-rl/reverie/internal/table"
+	"github.com/reverie-rl/reverie/internal/wal"
 	"github.com/reverie-rl/reverie/selector"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -53,7 +54,8 @@ type Server struct {
 	closing   chan struct{} // closed when draining starts
 	closeOnce sync.Once
 
-	ckptRoot string // CheckpointDir made absolute, or ""
+	ckptRoot string   // CheckpointDir made absolute, or ""
+	wal      *wal.Log // the write-ahead log in durable mode, or nil
 	ckpt     checkpointer
 	// bg tracks the goroutines that write checkpoints; bgCtx ends them
 	// when the server stops hard.
@@ -95,6 +97,9 @@ func New(cfg Config) (*Server, error) {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
+	if err := s.newWAL(); err != nil {
+		return nil, err
+	}
 	for _, tc := range cfg.Tables {
 		t, err := s.newTable(tc)
 		if err != nil {
@@ -111,8 +116,12 @@ func New(cfg Config) (*Server, error) {
 		}
 		s.ckptRoot = abs
 	}
-	if err := s.restoreAtStart(); err != nil {
+	mark, err := s.restoreAtStart()
+	if err != nil {
 		return nil, err
+	}
+	if err := s.recoverWAL(mark); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrRestore, err)
 	}
 	s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
 
@@ -148,6 +157,9 @@ func (s *Server) newTable(tc TableConfig) (*serverTable, error) {
 	}
 	stats := table.NewStats()
 	exts := append([]table.Extension{stats}, tc.Extensions...)
+	if s.wal != nil {
+		exts = append(exts, s.wal.Extension(tc.Name))
+	}
 	t, err := table.New(table.Config{
 		Name:            tc.Name,
 		Sampler:         sampler,
@@ -233,6 +245,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	go func() {
 		s.grpc.GracefulStop()
 		s.bg.Wait()
+		s.closeWAL()
 		close(done)
 	}()
 	select {
@@ -253,7 +266,19 @@ func (s *Server) Close() error {
 	s.bgCancel()
 	s.grpc.Stop()
 	s.bg.Wait()
+	s.closeWAL()
 	return nil
+}
+
+// closeWAL writes and fsyncs what the log has queued and closes it. Every
+// handler has returned, so nothing more is logged.
+func (s *Server) closeWAL() {
+	if s.wal == nil {
+		return
+	}
+	if err := s.wal.Close(); err != nil {
+		s.log.Error("write-ahead log did not close cleanly", "dir", s.wal.Dir(), "err", err)
+	}
 }
 
 // TableStats returns the running statistics of the named table.

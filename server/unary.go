@@ -61,6 +61,9 @@ func (s *Server) MutatePriorities(ctx context.Context, req *reverbpb.MutatePrior
 	if err := t.MutatePriorities(updates, req.GetDeleteKeys()); err != nil {
 		return nil, toStatus(err)
 	}
+	if err := s.waitDurable(ctx); err != nil {
+		return nil, toStatus(err)
+	}
 	return &reverbpb.MutatePrioritiesResponse{}, nil
 }
 
@@ -71,6 +74,9 @@ func (s *Server) Reset(ctx context.Context, req *reverbpb.ResetRequest) (*reverb
 		return nil, toStatus(err)
 	}
 	if err := t.Reset(); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := s.waitDurable(ctx); err != nil {
 		return nil, toStatus(err)
 	}
 	return &reverbpb.ResetResponse{}, nil

@@ -44,6 +44,9 @@ type Summary struct {
 	Tables []TableSummary
 	Items  int64
 	Chunks int64
+	// WALPosition is the last write-ahead log record the checkpoint holds
+	// the effect of, or 0 if it was taken without a log.
+	WALPosition uint64
 }
 
 // Verify reads the file at path through and checks it: magic and version,
@@ -261,6 +264,12 @@ func scan(path string, fn func(*Record) error) (*Summary, error) {
 				return nil, s.corrupt("file-end record inside table %q", cur.Header.GetTableName())
 			}
 			vals, err := uvarints(payload, 3)
+			if err != nil {
+				// A fourth uvarint is the write-ahead log position.
+				if vals, err = uvarints(payload, 4); err == nil {
+					sum.WALPosition = vals[3]
+				}
+			}
 			if err != nil {
 				return nil, s.corrupt("file-end record: %v", err)
 			}

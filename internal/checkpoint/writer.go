@@ -27,6 +27,7 @@ type Writer struct {
 	err     error
 
 	chunks map[uint64]struct{} // keys of the chunks written
+	walPos uint64              // see SetWALPosition
 	table  string              // the open table, or ""
 	inTbl  bool
 	nItems int64 // items of the open table
@@ -201,6 +202,12 @@ func (w *Writer) EndTable() error {
 	return nil
 }
 
+// SetWALPosition records that the checkpoint holds the effect of every
+// write-ahead log record up to and including lsn, and of none after it. A
+// restore replays the log from lsn+1. Zero (the default) records nothing:
+// the checkpoint was taken without a log.
+func (w *Writer) SetWALPosition(lsn uint64) { w.walPos = lsn }
+
 // Commit ends the file and makes the checkpoint durable and visible: it
 // writes the file-end record, flushes and fsyncs the file, renames it to
 // FileName, creates DONE and fsyncs the directories. It returns the
@@ -212,6 +219,9 @@ func (w *Writer) Commit() (string, error) {
 	end := binary.AppendUvarint(nil, uint64(w.tables))
 	end = binary.AppendUvarint(end, uint64(w.items))
 	end = binary.AppendUvarint(end, uint64(len(w.chunks)))
+	if w.walPos > 0 {
+		end = binary.AppendUvarint(end, w.walPos)
+	}
 	w.record(KindFileEnd, end)
 	if w.err == nil {
 		if err := w.bw.Flush(); err != nil {

@@ -61,6 +61,14 @@ type SnapshotStats struct {
 // copying on writes. It fails with ErrClosed or ErrSnapshotInProgress, and
 // then starts nothing.
 func BeginSnapshots(ts ...*Table) ([]*Snapshot, error) {
+	return BeginSnapshotsAt(nil, ts...)
+}
+
+// BeginSnapshotsAt is BeginSnapshots that also calls at, if not nil, at the
+// instant of the snapshots: with every table's lock held, after the
+// snapshots are installed. The write-ahead log marks its position there.
+// at must not call into the tables.
+func BeginSnapshotsAt(at func(), ts ...*Table) ([]*Snapshot, error) {
 	for i, t := range ts {
 		if slices.Index(ts[:i], t) >= 0 {
 			return nil, fmt.Errorf("table %q: listed twice", t.name)
@@ -90,6 +98,9 @@ func BeginSnapshots(ts ...*Table) ([]*Snapshot, error) {
 		if t.hooks.onSnapshot != nil {
 			t.hooks.onSnapshot()
 		}
+	}
+	if at != nil {
+		at()
 	}
 	return out, nil
 }

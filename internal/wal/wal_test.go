@@ -1,0 +1,268 @@
+package wal
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/reverie-rl/reverie/api/reverbpb"
+	"github.com/reverie-rl/reverie/internal/chunkstore"
+	"github.com/reverie-rl/reverie/internal/table"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func newItem(store *chunkstore.Store, key uint64) *table.Item {
+	c := store.Insert(&reverbpb.ChunkData{ChunkKey: key, SequenceRange: &reverbpb.SequenceRange{EpisodeId: key}})
+	return &table.Item{
+		Key:        key,
+		Priority:   float64(key),
+		InsertedAt: int64(key) * 1000,
+		Trajectory: &reverbpb.FlatTrajectory{Columns: []*reverbpb.FlatTrajectory_Column{{
+			ChunkSlices: []*reverbpb.FlatTrajectory_ChunkSlice{{ChunkKey: key, Length: 1}},
+		}}},
+		Chunks: []*chunkstore.Chunk{c},
+	}
+}
+
+// write logs n inserts (each with its chunk) and a sample, update and
+// delete of each, through the table extension: 5n records. Once the log is
+// closed the store it returns must be empty: the log holds a chunk
+// reference only until it wrote the chunk.
+func write(t *testing.T, l *Log, from, n uint64) *chunkstore.Store {
+	t.Helper()
+	store := chunkstore.New()
+	ext := l.Extension("t")
+	for k := from; k < from+n; k++ {
+		it := newItem(store, k)
+		ext.OnInsert(it)
+		it.TimesSampled = 1
+		ext.OnSample(it)
+		it.Priority = 0.5
+		ext.OnUpdate(it, float64(k))
+		ext.OnDelete(it)
+		it.Chunks[0].Unref()
+	}
+	return store
+}
+
+func closeEmpty(t *testing.T, l *Log, stores ...*chunkstore.Store) {
+	t.Helper()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range stores {
+		if s.Len() != 0 {
+			t.Fatalf("the log kept %d chunk references after writing them", s.Len())
+		}
+	}
+}
+
+func openLog(t *testing.T, dir string, sync Sync, last uint64) *Log {
+	t.Helper()
+	l, err := New(Options{Dir: dir, Sync: sync, SegmentBytes: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Start(last); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func replayAll(t *testing.T, dir string, after uint64) ([]Record, ReplayReport) {
+	t.Helper()
+	var recs []Record
+	rep, err := Replay(dir, after, func(r *Record) error { recs = append(recs, *r); return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recs, rep
+}
+
+func TestRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	l := openLog(t, dir, SyncAlways, 0)
+	store := write(t, l, 1, 100)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := l.WaitDurable(ctx, l.Last()); err != nil {
+		t.Fatal(err)
+	}
+	closeEmpty(t, l, store)
+	if err := l.WaitDurable(ctx, l.Last()+1); !errors.Is(err, ErrClosed) {
+		t.Fatalf("WaitDurable after Close: %v", err)
+	}
+	recs, rep := replayAll(t, dir, 0)
+	if len(recs) != 500 || rep.Last != 500 || rep.Segments < 2 {
+		t.Fatalf("%d records, last %d, %d segments; want 500, 500, several (4 KiB segments)", len(recs), rep.Last, rep.Segments)
+	}
+	want := []Op{OpChunk, OpInsert, OpSample, OpUpdate, OpDelete}
+	for i, r := range recs {
+		k := uint64(1 + i/5)
+		if r.LSN != uint64(i+1) || r.Op != want[i%5] {
+			t.Fatalf("record %d: lsn %d op %v", i, r.LSN, r.Op)
+		}
+		switch r.Op {
+		case OpChunk:
+			if r.Chunk.GetChunkKey() != k {
+				t.Fatalf("record %d: chunk %d, want %d", i, r.Chunk.GetChunkKey(), k)
+			}
+		case OpInsert:
+			if r.Table != "t" || r.Key != k || r.Priority != float64(k) || r.InsertedAt != int64(k)*1000 ||
+				r.Trajectory.GetColumns()[0].GetChunkSlices()[0].GetChunkKey() != k {
+				t.Fatalf("record %d: %+v", i, r)
+			}
+		case OpSample:
+			if r.Key != k || r.TimesSampled != 1 {
+				t.Fatalf("record %d: %+v", i, r)
+			}
+		case OpUpdate:
+			if r.Key != k || r.Priority != 0.5 {
+				t.Fatalf("record %d: %+v", i, r)
+			}
+		}
+	}
+	// Replay after a position skips what is before it.
+	if recs, _ := replayAll(t, dir, 250); len(recs) != 250 || recs[0].LSN != 251 {
+		t.Fatalf("after 250: %d records from %d", len(recs), recs[0].LSN)
+	}
+}
+
+// TestMarkAndCut checks that a Mark starts a new segment and that Cut
+// removes exactly the segments before it, and that chunks are logged again
+// after a Mark.
+func TestMarkAndCut(t *testing.T) {
+	dir := t.TempDir()
+	l, err := New(Options{Dir: dir, Sync: SyncAlways})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Start(0); err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	store := chunkstore.New()
+	ext := l.Extension("t")
+	it := newItem(store, 7)
+	ext.OnInsert(it)
+	ext.OnInsert(it) // the chunk is logged once
+	mark := l.Mark()
+	if mark != 3 {
+		t.Fatalf("mark %d, want 3", mark)
+	}
+	ext.OnInsert(it) // logged again after the Mark
+	ctx := context.Background()
+	if err := l.WaitDurable(ctx, l.Last()); err != nil {
+		t.Fatal(err)
+	}
+	l.Cut(mark)
+	// The cut is the writer's; wait for it.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		segs, err := listSegments(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(segs) == 1 && segs[0].first == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("segments after Cut(%d): %+v", mark, segs)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	it.Chunks[0].Unref()
+	recs, _ := replayAll(t, dir, mark)
+	if len(recs) != 2 || recs[0].Op != OpChunk || recs[1].Op != OpInsert {
+		t.Fatalf("after the mark: %+v", recs)
+	}
+}
+
+// TestTornTail cuts the last segment at every byte of its last records and
+// checks that Replay returns the whole records before the cut, truncates
+// the rest, and that the log can go on after it.
+func TestTornTail(t *testing.T) {
+	src := t.TempDir()
+	l := openLog(t, src, SyncNever, 0)
+	closeEmpty(t, l, write(t, l, 1, 3))
+	segs, _ := listSegments(src)
+	full, err := os.ReadFile(segs[0].path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, _ := replayAll(t, src, 0)
+	for cut := len(full) - 1; cut >= int(all[len(all)-3].Offset); cut-- {
+		dir := t.TempDir()
+		path := filepath.Join(dir, filepath.Base(segs[0].path))
+		if err := os.WriteFile(path, full[:cut], 0o644); err != nil {
+			t.Fatal(err)
+		}
+		recs, rep := replayAll(t, dir, 0)
+		// The records that end at or before the cut survive whole.
+		whole, end := 0, int64(segmentHeaderSize)
+		for i := range all {
+			next := int64(len(full))
+			if i+1 < len(all) {
+				next = all[i+1].Offset
+			}
+			if next <= int64(cut) {
+				whole, end = i+1, next
+			}
+		}
+		if len(recs) != whole || rep.TornBytes != int64(cut)-end {
+			t.Fatalf("cut at %d: %d records, %d torn bytes; want %d, %d", cut, len(recs), rep.TornBytes, whole, int64(cut)-end)
+		}
+		if st, _ := os.Stat(path); st.Size() != end {
+			t.Fatalf("cut at %d: file is %d bytes, want %d", cut, st.Size(), end)
+		}
+		// The log goes on after a torn tail.
+		l := openLog(t, dir, SyncAlways, rep.Last)
+		closeEmpty(t, l, write(t, l, 100, 1))
+		if recs2, _ := replayAll(t, dir, 0); len(recs2) != len(recs)+5 {
+			t.Fatalf("cut at %d: %d records after going on, want %d", cut, len(recs2), len(recs)+5)
+		}
+	}
+}
+
+// TestCorruptMiddle flips a byte in a record that is not the last and
+// checks that Replay refuses, naming the file and offset.
+func TestCorruptMiddle(t *testing.T) {
+	dir := t.TempDir()
+	l := openLog(t, dir, SyncNever, 0)
+	closeEmpty(t, l, write(t, l, 1, 200))
+	segs, _ := listSegments(dir)
+	if len(segs) < 3 {
+		t.Fatalf("want several segments, got %d", len(segs))
+	}
+	for _, i := range []int{0, len(segs) - 1} {
+		data, _ := os.ReadFile(segs[i].path)
+		data[segmentHeaderSize+frameHeaderSize+2] ^= 1
+		if err := os.WriteFile(segs[i].path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Replay(dir, 0, func(*Record) error { return nil })
+		var ce *CorruptError
+		if !errors.As(err, &ce) || !errors.Is(err, ErrCorrupt) || ce.Path != segs[i].path || ce.Offset != int64(segmentHeaderSize) {
+			t.Fatalf("segment %d: got %v", i, err)
+		}
+		data[segmentHeaderSize+frameHeaderSize+2] ^= 1
+		if err := os.WriteFile(segs[i].path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A missing middle segment is a gap.
+	if err := os.Remove(segs[1].path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Replay(dir, 0, func(*Record) error { return nil }); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("gap: got %v", err)
+	}
+}

@@ -1,0 +1,289 @@
+package server_test
+
+import (
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/reverie-rl/reverie/api/reverbpb"
+	"github.com/reverie-rl/reverie/internal/wal"
+	"github.com/reverie-rl/reverie/server"
+	"github.com/reverie-rl/reverie/server/servertest"
+)
+
+func durableConfig(dir, fsync string) server.Config {
+	cfg := ckptConfig(dir, ckptTables()...)
+	cfg.WAL = server.WALConfig{Fsync: fsync}
+	return cfg
+}
+
+// churn changes the ckptTables every way the log records: inserts (with
+// evictions from uniform, which holds 150), samples (the queue deletes what
+// it serves), a re-sent key (a priority update), updates and deletes. It
+// returns the queue keys it inserted, in order, and those it consumed.
+func churn(t *testing.T, c reverbpb.ReverbServiceClient, round int) (queued, consumed []uint64) {
+	t.Helper()
+	base := uint64(round * 1_000_000)
+	var reqs []*reverbpb.InsertStreamRequest
+	for i := range 60 {
+		ck := base + uint64(1+i)
+		reqs = append(reqs, &reverbpb.InsertStreamRequest{
+			Chunks: []*reverbpb.ChunkData{chunk(ck, base+uint64(i/4), 8)},
+			Items: []*reverbpb.PrioritizedItem{
+				item(base+uint64(100_000+i), "uniform", 1, ck, 0, 1),
+				item(base+uint64(200_000+i), "prio", float64(i%7+1), ck, 1, 2),
+			},
+			KeepChunkKeys: []uint64{ck},
+		})
+		if i%2 == 0 { // the queue holds 100: 30 in, 20 out per round
+			last := reqs[len(reqs)-1]
+			last.Items = append(last.Items, item(base+uint64(300_000+i), "queue", 1, ck, 0, 1))
+			queued = append(queued, base+uint64(300_000+i))
+		}
+	}
+	// Re-sending a key is a priority update.
+	reqs = append(reqs, &reverbpb.InsertStreamRequest{
+		Items: []*reverbpb.PrioritizedItem{item(base+200_059, "prio", 9.5, base+60, 1, 2)},
+	})
+	if _, err := insertAll(ctxT(t), c, reqs...); err != nil {
+		t.Fatal(err)
+	}
+	sampleAll(t, c, "uniform", 25)
+	sampleAll(t, c, "prio", 25)
+	for _, s := range sampleAll(t, c, "queue", 20) {
+		consumed = append(consumed, s.info.GetItem().GetKey())
+	}
+	if _, err := c.MutatePriorities(ctxT(t), &reverbpb.MutatePrioritiesRequest{
+		Table:      "prio",
+		Updates:    []*reverbpb.KeyWithPriority{{Key: base + 200_005, Priority: 40}, {Key: base + 200_006, Priority: 0.5}},
+		DeleteKeys: []uint64{base + 200_000, base + 200_002},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return queued, consumed
+}
+
+// state is what sameState compares.
+type state struct {
+	info       []*reverbpb.TableInfo
+	chunks     int
+	chunkBytes int64
+	queue      []uint64           // the queue's keys, in order
+	probs      map[uint64]float64 // prioritized keys' probabilities
+}
+
+// capture reads a's state. queued and consumed are every churn's.
+func capture(t *testing.T, a *servertest.Server, queued, consumed []uint64) state {
+	t.Helper()
+	st := state{probs: map[uint64]float64{}}
+	for _, s := range sampleAll(t, a.Client, "prio", 200) {
+		st.probs[s.info.GetItem().GetKey()] = s.info.GetProbability()
+	}
+	// Sampling changed a: take the rest after it.
+	st.info = serverInfo(t, a.Client)
+	st.chunks, st.chunkBytes = a.ChunkStoreStats()
+	for _, k := range queued {
+		if !slices.Contains(consumed, k) {
+			st.queue = append(st.queue, k)
+		}
+	}
+	if n := infoOf(t, st.info, "queue").GetCurrentSize(); int64(len(st.queue)) != n {
+		t.Fatalf("fixture: %d queue keys left, the queue holds %d", len(st.queue), n)
+	}
+	return st
+}
+
+// sameState checks that b holds want: ServerInfo, the chunk store, the
+// queue's items in order, and every prioritized key's probability.
+func sameState(t *testing.T, b *servertest.Server, want state) {
+	t.Helper()
+	sameInfo(t, serverInfo(t, b.Client), want.info)
+	if n, by := b.ChunkStoreStats(); n != want.chunks || by != want.chunkBytes {
+		t.Fatalf("chunk store: %d chunks, %d bytes; want %d, %d", n, by, want.chunks, want.chunkBytes)
+	}
+	matched := 0
+	for _, s := range sampleAll(t, b.Client, "prio", 200) {
+		p, ok := want.probs[s.info.GetItem().GetKey()]
+		if !ok {
+			continue
+		}
+		matched++
+		if got := s.info.GetProbability(); math.Abs(got-p) > 1e-12*p {
+			t.Fatalf("key %d: probability %v, want %v", s.info.GetItem().GetKey(), got, p)
+		}
+	}
+	if matched < 50 {
+		t.Fatalf("only %d prioritized keys in common", matched)
+	}
+	var got []uint64
+	for _, s := range sampleAll(t, b.Client, "queue", len(want.queue)) {
+		got = append(got, s.info.GetItem().GetKey())
+	}
+	if !slices.Equal(got, want.queue) {
+		t.Fatalf("queue serves\n %v\nwant\n %v", got, want.queue)
+	}
+}
+
+// TestDurableRecovery runs a durable server through rounds of changes,
+// with a checkpoint between them, stops it without a final checkpoint, and
+// checks that a new server on the same directory recovers the same state
+// from the checkpoint plus the log.
+func TestDurableRecovery(t *testing.T) {
+	for _, fsync := range []string{"always", "interval", "never"} {
+		t.Run(fsync, func(t *testing.T) {
+			dir := t.TempDir()
+			a := servertest.Start(t, durableConfig(dir, fsync))
+			var queued, consumed []uint64
+			q, c := churn(t, a.Client, 1)
+			queued, consumed = append(queued, q...), append(consumed, c...)
+			checkpointNow(t, a.Client) // the log is cut here
+			if _, err := a.Client.Reset(ctxT(t), &reverbpb.ResetRequest{Table: "uniform"}); err != nil {
+				t.Fatal(err)
+			}
+			for round := 2; round <= 4; round++ { // uniform evicts in round 4
+				q, c = churn(t, a.Client, round)
+				queued, consumed = append(queued, q...), append(consumed, c...)
+			}
+			want := capture(t, a, queued, consumed)
+			if u := infoOf(t, want.info, "uniform"); u.GetNumDeletedEpisodes() == 0 || u.GetCurrentSize() != 150 {
+				t.Fatalf("fixture does not exercise the counters: %v", want.info)
+			}
+			a.Close()
+
+			b := servertest.Start(t, durableConfig(dir, fsync))
+			sameState(t, b, want)
+		})
+	}
+}
+
+// TestDurableRecoveryFromLogOnly recovers a server that never took a
+// checkpoint: everything comes from the log.
+func TestDurableRecoveryFromLogOnly(t *testing.T) {
+	dir := t.TempDir()
+	a := servertest.Start(t, durableConfig(dir, "always"))
+	q1, c1 := churn(t, a.Client, 1)
+	q2, c2 := churn(t, a.Client, 2)
+	want := capture(t, a, append(q1, q2...), append(c1, c2...))
+	a.Close()
+	b := servertest.Start(t, durableConfig(dir, "always"))
+	sameState(t, b, want)
+}
+
+// TestDurableLogIsCut checks that a checkpoint removes the segments it
+// covers, and that a restart after it replays only what follows.
+func TestDurableLogIsCut(t *testing.T) {
+	dir := t.TempDir()
+	a := servertest.Start(t, durableConfig(dir, "always"))
+	churn(t, a.Client, 1)
+	walDir := filepath.Join(dir, "wal")
+	segs := func() []string {
+		ents, err := os.ReadDir(walDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		return names
+	}
+	first := segs()
+	if len(first) != 1 {
+		t.Fatalf("segments before the checkpoint: %v", first)
+	}
+	checkpointNow(t, a.Client)
+	churn(t, a.Client, 2)
+	after := segs()
+	if len(after) != 1 || after[0] == first[0] {
+		t.Fatalf("segments after the checkpoint: %v (before: %v); want one new one", after, first)
+	}
+	before := serverInfo(t, a.Client)
+	a.Close()
+	b := servertest.Start(t, durableConfig(dir, "always"))
+	sameInfo(t, serverInfo(t, b.Client), before)
+}
+
+// TestDurableCorruptLog checks the policy: a torn final record is cut off
+// and the server starts; damage anywhere else refuses to start, naming the
+// file and offset, and a log that misses records the checkpoint does not
+// hold refuses too.
+func TestDurableCorruptLog(t *testing.T) {
+	setup := func(t *testing.T) (string, string, []*reverbpb.TableInfo) {
+		dir := t.TempDir()
+		a := servertest.Start(t, durableConfig(dir, "always"))
+		churn(t, a.Client, 1)
+		before := serverInfo(t, a.Client)
+		a.Close()
+		ents, err := os.ReadDir(filepath.Join(dir, "wal"))
+		if err != nil || len(ents) != 1 {
+			t.Fatalf("wal dir: %v %v", ents, err)
+		}
+		return dir, filepath.Join(dir, "wal", ents[0].Name()), before
+	}
+	t.Run("torn tail", func(t *testing.T) {
+		dir, seg, _ := setup(t)
+		st, _ := os.Stat(seg)
+		if err := os.Truncate(seg, st.Size()-3); err != nil {
+			t.Fatal(err)
+		}
+		b := servertest.Start(t, durableConfig(dir, "always"))
+		// The last record was a sample of the queue or a delete: the
+		// server is up and holds the items.
+		if info := serverInfo(t, b.Client); infoOf(t, info, "prio").GetCurrentSize() == 0 {
+			t.Fatalf("recovered nothing: %v", info)
+		}
+	})
+	t.Run("flipped byte", func(t *testing.T) {
+		dir, seg, _ := setup(t)
+		data, err := os.ReadFile(seg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data[len(data)/2] ^= 0x40
+		if err := os.WriteFile(seg, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err = server.New(durableConfig(dir, "always"))
+		if !errors.Is(err, server.ErrRestore) || !errors.Is(err, wal.ErrCorrupt) || !contains(err.Error(), filepath.Base(seg)) {
+			t.Fatalf("got %v, want a corrupt-log error naming %s", err, filepath.Base(seg))
+		}
+	})
+	t.Run("missing records", func(t *testing.T) {
+		dir, seg, _ := setup(t)
+		// A log that starts after record 1, with no checkpoint.
+		if err := os.Rename(seg, filepath.Join(filepath.Dir(seg), "00000000000000000007.wal")); err != nil {
+			t.Fatal(err)
+		}
+		_, err := server.New(durableConfig(dir, "always"))
+		if !errors.Is(err, wal.ErrCorrupt) || !contains(err.Error(), "missing") {
+			t.Fatalf("got %v, want missing records", err)
+		}
+	})
+}
+
+func TestDurableConfigNeedsCheckpointDir(t *testing.T) {
+	cfg := testConfig(ckptTables()...)
+	cfg.WAL.Fsync = "always"
+	if _, err := server.New(cfg); !errors.Is(err, server.ErrInvalidConfig) || !contains(err.Error(), "checkpoint_dir") {
+		t.Fatalf("got %v", err)
+	}
+	cfg.CheckpointDir = t.TempDir()
+	cfg.WAL.Fsync = "sometimes"
+	if _, err := server.New(cfg); !errors.Is(err, server.ErrInvalidConfig) || !contains(err.Error(), "wal.fsync") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func infoOf(t *testing.T, infos []*reverbpb.TableInfo, name string) *reverbpb.TableInfo {
+	t.Helper()
+	for _, ti := range infos {
+		if ti.GetName() == name {
+			return ti
+		}
+	}
+	t.Fatalf("no table %q in %v", name, infos)
+	return nil
+}
