@@ -52,7 +52,7 @@ type proc struct {
 	done chan error
 }
 
-var addrRE = regexp.MustCompile(`addr=\S*:(\d+)`)
+var addrRE = regexp.MustCompile(`addr(?:=|":")[^"\s]*:(\d+)`)
 
 // serve starts "reverie serve args..." and waits for it to report its port.
 func serve(t *testing.T, args ...string) *proc {
