@@ -366,4 +366,3 @@ func TestCrashRecovery(t *testing.T) {
 		})
 	}
 }
-
