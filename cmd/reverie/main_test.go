@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -628,5 +630,24 @@ func TestCheckpointLarge(t *testing.T) {
 		t.Fatalf("sampling the restored table: %s", s)
 	}
 	t.Logf("sampled the restored table: %s", s)
+	p.stop(t, syscall.SIGTERM)
+}
+
+// TestServePprof: --pprof serves the runtime profiles on its own listener.
+func TestServePprof(t *testing.T) {
+	p := serve(t, "--pprof", "localhost:0")
+	m := addrRE.FindStringSubmatch(logLine(p, "serving pprof"))
+	if m == nil {
+		t.Fatal("no pprof address in the logs")
+	}
+	resp, err := http.Get("http://127.0.0.1:" + m[1] + "/debug/pprof/heap?debug=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "heap profile") {
+		t.Fatalf("GET heap profile: %s\n%.200s", resp.Status, body)
+	}
 	p.stop(t, syscall.SIGTERM)
 }
