@@ -261,18 +261,27 @@ func bench(ctx context.Context, cfg *benchConfig, errOut io.Writer, progress boo
 		progWG.Go(func() { b.progress(start, trackers, progDone) })
 	}
 
-	var wg sync.WaitGroup
+	var wg, writersWG sync.WaitGroup
 	var insertEnd, sampleEnd atomic.Int64 // nanoseconds after start
+	// In mixed mode the samplers keep draining the table (unmeasured)
+	// until the writers' final flushes are done: a writer blocked on a
+	// full queue would otherwise wait out its flush timeout.
+	drainCtx, drainCancel := context.WithCancel(ctx)
+	defer drainCancel()
 	var flushMax atomic.Int64
 	wstats := make([]clientStats, writers)
 	sstats := make([]clientStats, samplers)
 	for i := range writers {
-		wg.Go(func() {
+		writersWG.Go(func() {
 			flush := b.writer(runCtx, wclients[i], trackers[i], i, &wstats[i])
 			atomicMax(&flushMax, int64(flush))
 			atomicMax(&insertEnd, int64(time.Since(start)))
 		})
 	}
+	go func() {
+		writersWG.Wait()
+		drainCancel()
+	}()
 	for i := range samplers {
 		quota := int64(0)
 		if cfg.items > 0 {
@@ -285,10 +294,11 @@ func bench(ctx context.Context, cfg *benchConfig, errOut io.Writer, progress boo
 			}
 		}
 		wg.Go(func() {
-			b.sampler(runCtx, sclients[i], i, quota, &sstats[i])
-			atomicMax(&sampleEnd, int64(time.Since(start)))
+			end := b.sampler(runCtx, drainCtx, sclients[i], i, quota, &sstats[i])
+			atomicMax(&sampleEnd, int64(end.Sub(start)))
 		})
 	}
+	writersWG.Wait()
 	wg.Wait()
 	close(progDone)
 	progWG.Wait()
@@ -467,8 +477,11 @@ func (b *benchRun) writer(ctx context.Context, c *client.Client, tr *insertTrack
 }
 
 // sampler reads samples until ctx ends or, when quota > 0, quota samples
-// were returned. Latency is the time of one Next call.
-func (b *benchRun) sampler(ctx context.Context, c *client.Client, id int, quota int64, st *clientStats) {
+// were returned. Latency is the time of one Next call. After ctx ends it
+// goes on taking samples, unmeasured, until drain ends (when the writers
+// are done), unless it had a quota. It returns when its measured sampling
+// ended.
+func (b *benchRun) sampler(ctx, drain context.Context, c *client.Client, id int, quota int64, st *clientStats) time.Time {
 	what := fmt.Sprintf("sampler %d", id)
 	var s *client.Sampler
 	defer func() {
@@ -516,6 +529,13 @@ func (b *benchRun) sampler(ctx context.Context, c *client.Client, id int, quota 
 		got++
 		b.sampled.Add(1)
 	}
+	end := time.Now()
+	for quota == 0 && s != nil && drain.Err() == nil {
+		if _, err := s.Next(drain); err != nil {
+			break
+		}
+	}
+	return end
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -168,5 +169,27 @@ func TestHistogram(t *testing.T) {
 	}
 	if h.n != 1001 || h.min != time.Microsecond || h.max != time.Second {
 		t.Errorf("n %d min %v max %v", h.n, h.min, h.max)
+	}
+}
+
+// TestBenchMixedQueue: in mixed mode on a queue the samplers drain the
+// queue until the writers' final flushes are done, so the run ends within
+// moments of --duration (it used to wait out the writers' one-minute flush
+// timeout when the samplers stopped first and the queue was full).
+func TestBenchMixedQueue(t *testing.T) {
+	cfg := t.TempDir() + "/queue.yaml"
+	if err := os.WriteFile(cfg, []byte("tables:\n  - {name: q, queue: 10}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := serve(t, "--config", cfg)
+	start := time.Now()
+	rep := runBenchCmd(t, p.addr, "--mode", "mixed", "--table", "q", "--duration", "1s", "--clients", "4", "--max-in-flight-items", "64")
+	if took := time.Since(start); took > 15*time.Second {
+		t.Fatalf("a 1 s mixed run on a queue took %v", took)
+	}
+	checkKind(t, "insert", rep.Insert, 2)
+	checkKind(t, "sample", rep.Sample, 2)
+	if rep.Errors != 0 || rep.Insert.FlushMs > 5000 {
+		t.Fatalf("report: %+v, insert %+v", rep, *rep.Insert)
 	}
 }
