@@ -29,6 +29,8 @@ type checkpointer struct {
 	running bool
 	closed  bool
 	next    *checkpointRun // waits for the running one; nil if none
+	// scheduled is set once the snapshot schedule has started.
+	scheduled bool
 }
 
 type checkpointRun struct {
@@ -71,6 +73,9 @@ func (s *Server) checkpointLoop(r *checkpointRun) {
 	defer s.bg.Done()
 	for r != nil {
 		r.dir, r.err = s.writeCheckpoint(s.bgCtx)
+		if r.err == nil && s.remote != nil {
+			r.err = s.uploadSnapshot(s.bgCtx, r.dir)
+		}
 		close(r.done)
 		s.ckpt.mu.Lock()
 		r, s.ckpt.next = s.ckpt.next, nil
@@ -85,7 +90,10 @@ func (s *Server) checkpointLoop(r *checkpointRun) {
 // table to a new directory under CheckpointDir and returns the directory's
 // absolute path. Inserts and samples go on while it is written. The
 // checkpoint is written by a goroutine of the server, so a caller that
-// gives up does not abandon it.
+// gives up does not abandon it. With remote snapshots configured, it
+// answers once the checkpoint is also uploaded; if the upload fails, it
+// answers UNAVAILABLE (ErrSnapshotUpload), though the local checkpoint
+// was written.
 func (s *Server) Checkpoint(ctx context.Context, _ *reverbpb.CheckpointRequest) (*reverbpb.CheckpointResponse, error) {
 	if s.ckptRoot == "" {
 		return nil, toStatus(ErrNoCheckpointDir)
@@ -236,13 +244,19 @@ func tableCheckpointHeader(info table.Info, tc TableConfig) *reverbpb.PriorityTa
 }
 
 // restoreAtStart restores Config.RestorePath, or else the newest complete
-// checkpoint in CheckpointDir, if any.
+// checkpoint in CheckpointDir or, if it is newer, the newest remote
+// snapshot, if any.
 func (s *Server) restoreAtStart() error {
 	path := s.cfg.RestorePath
 	if path == "" && s.ckptRoot != "" {
 		latest, err := checkpoint.Latest(s.ckptRoot)
 		if err != nil {
 			return fmt.Errorf("%w: %v", ErrRestore, err)
+		}
+		if s.remote != nil {
+			if latest, err = s.pullSnapshot(latest); err != nil {
+				return fmt.Errorf("%w: %w", ErrRestore, err)
+			}
 		}
 		path = latest
 	}

@@ -47,6 +47,12 @@ type Config struct {
 	RestorePath string
 	// Logger receives the server's structured logs. Nil means slog.Default().
 	Logger *slog.Logger
+
+	// Remote snapshots (snapshots.go).
+
+	// Snapshots copies checkpoints to object storage and restores from
+	// there at start. The zero value keeps no remote snapshots.
+	Snapshots SnapshotConfig
 }
 
 // RateLimiter configures a table's rate limiter; see MinSize,
@@ -180,6 +186,9 @@ func (c *Config) Validate() error {
 		if err := t.RateLimiter.Validate(); err != nil {
 			return fmt.Errorf("%w: %s.rate_limiter: %v", ErrInvalidConfig, field, err)
 		}
+	}
+	if err := c.Snapshots.validate(c); err != nil {
+		return err
 	}
 	return nil
 }

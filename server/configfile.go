@@ -521,9 +521,12 @@ type yamlFile struct {
 	Listen        yaml.Node   `yaml:"listen"`
 	CheckpointDir yaml.Node   `yaml:"checkpoint_dir"`
 	Tables        []yamlTable `yaml:"tables"`
+
+	// Remote snapshots (configfile_snapshots.go).
+	RemoteSnapshots yaml.Node `yaml:"remote_snapshots"`
 }
 
-const yamlTopKeys = "port, listen, checkpoint_dir, tables"
+const yamlTopKeys = "port, listen, checkpoint_dir, tables, remote_snapshots"
 
 // yamlTable is one entry of tables.
 type yamlTable struct {
@@ -585,6 +588,9 @@ func (p *cfgParser) parseYAML(data []byte, cfg *Config) error {
 			return err
 		}
 		cfg.CheckpointDir = dir
+	}
+	if err := p.yamlRemoteSnapshots(&f.RemoteSnapshots, cfg); err != nil {
+		return err
 	}
 	// The nodes of the tables, for their lines.
 	var root yaml.Node

@@ -28,6 +28,7 @@ import (
 
 	"github.com/reverie-rl/reverie/api/reverbpb"
 	"github.com/reverie-rl/reverie/internal/chunkstore"
+	"github.com/reverie-rl/reverie/internal/remote"
 	"github.com/reverie-rl/reverie/internal/table"
 	"github.com/reverie-rl/reverie/selector"
 	"google.golang.org/grpc"
@@ -55,6 +56,9 @@ type Server struct {
 
 	ckptRoot string // CheckpointDir made absolute, or ""
 	ckpt     checkpointer
+	remote   *remote.Bucket // Config.Snapshots.URL, or nil
+	// remoteClose closes remote after the last upload.
+	remoteClose sync.Once
 	// bg tracks the goroutines that write checkpoints; bgCtx ends them
 	// when the server stops hard.
 	bg       sync.WaitGroup
@@ -111,7 +115,11 @@ func New(cfg Config) (*Server, error) {
 		}
 		s.ckptRoot = abs
 	}
+	if err := s.openSnapshots(); err != nil {
+		return nil, err
+	}
 	if err := s.restoreAtStart(); err != nil {
+		s.closeRemote()
 		return nil, err
 	}
 	s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
@@ -196,6 +204,7 @@ func newStateID() *reverbpb.Uint128 {
 // ErrServerClosed. Any other return is a listener failure.
 func (s *Server) Serve(l net.Listener) error {
 	s.log.Info("reverie serving", "addr", l.Addr().String(), "tables", s.names)
+	s.startSnapshotSchedule()
 	err := s.grpc.Serve(l)
 	if err == nil || errors.Is(err, grpc.ErrServerStopped) {
 		return ErrServerClosed
@@ -237,11 +246,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}()
 	select {
 	case <-done:
+		s.closeRemote()
 		return nil
 	case <-ctx.Done():
 		s.bgCancel()
 		s.grpc.Stop()
 		<-done
+		s.closeRemote()
 		return ctx.Err()
 	}
 }
@@ -253,7 +264,17 @@ func (s *Server) Close() error {
 	s.bgCancel()
 	s.grpc.Stop()
 	s.bg.Wait()
+	s.closeRemote()
 	return nil
+}
+
+// closeRemote releases the snapshot bucket once nothing uses it.
+func (s *Server) closeRemote() {
+	s.remoteClose.Do(func() {
+		if s.remote != nil {
+			s.remote.Close()
+		}
+	})
 }
 
 // TableStats returns the running statistics of the named table.
