@@ -25,6 +25,10 @@ func runServe(args []string) int {
 	checkpointDir := fs.String("checkpoint-dir", "", "directory the Checkpoint RPC writes to (overrides the config's checkpoint_dir); at start the newest complete checkpoint in it is restored unless --restore is given")
 	restore := fs.String("restore", "", "restore this checkpoint at start: a checkpoint directory (as the Checkpoint RPC returns it) or its checkpoint.rvck file; the server refuses to start if it cannot be restored whole")
 	drain := fs.Duration("shutdown-timeout", 10*time.Second, "how long a signal lets open streams drain before the server stops hard")
+	// Remote snapshots (docs/config.md, remote_snapshots).
+	snapURL := fs.String("snapshot-url", "", "bucket URL for remote snapshots (file://, s3:// or gs://, optional ?prefix=dir/); each checkpoint is also uploaded there, and at start the newest snapshot is restored if it is newer than the newest local checkpoint; requires --checkpoint-dir or checkpoint_dir (overrides the config's remote_snapshots.url)")
+	snapInterval := fs.Duration("snapshot-interval", 0, "take and upload a checkpoint this often, e.g. 10m (overrides the config's remote_snapshots.interval; default none: only Checkpoint calls upload)")
+	snapKeep := fs.Int("snapshot-keep", 0, fmt.Sprintf("remote snapshots to keep (overrides the config's remote_snapshots.keep; default %d)", server.DefaultSnapshotKeep))
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -55,6 +59,15 @@ func runServe(args []string) int {
 		cfg.CheckpointDir = *checkpointDir
 	}
 	cfg.RestorePath = *restore
+	if *snapURL != "" {
+		cfg.Snapshots.URL = *snapURL
+	}
+	if *snapInterval != 0 {
+		cfg.Snapshots.Interval = *snapInterval
+	}
+	if *snapKeep != 0 {
+		cfg.Snapshots.Keep = *snapKeep
+	}
 	cfg.Logger = log
 
 	srv, err := server.New(cfg)
