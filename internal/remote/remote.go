@@ -33,9 +33,8 @@ import (
 	"gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
 
-	// The bucket drivers OpenBucket knows.
+	// The bucket drivers OpenBucket knows; gs:// is in drivers_gcs.go.
 	_ "gocloud.dev/blob/fileblob"
-	_ "gocloud.dev/blob/gcsblob"
 	_ "gocloud.dev/blob/s3blob"
 )
 
@@ -73,6 +72,9 @@ func CheckURL(rawURL string) error {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrBadURL, err)
+	}
+	if u.Scheme == "gs" && !gcsLinked {
+		return fmt.Errorf("%w: %s: this binary was built without gs:// support (build tag nogcs)", ErrBadURL, u.Redacted())
 	}
 	if !slices.Contains(Schemes, u.Scheme) {
 		return fmt.Errorf("%w: %s: scheme %q is not supported; want one of %s://", ErrBadURL,

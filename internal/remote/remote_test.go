@@ -287,7 +287,7 @@ func TestCheckURL(t *testing.T) {
 	}{
 		{"file:///srv/snapshots", true},
 		{"s3://bucket?region=us-east-1&prefix=trial/", true},
-		{"gs://bucket", true},
+		{"gs://bucket", gcsLinked},
 		{"http://example.com/bucket", false},
 		{"azblob://container", false},
 		{"/srv/snapshots", false},
