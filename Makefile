@@ -1,5 +1,5 @@
 # Thin wrappers; the logic lives in scripts/. CI runs `make test` (.ci/run).
-.PHONY: build serve test check gotest genproto genproto-check fuzz bench-table bench-selector clean conformance bench bench-quick
+.PHONY: build serve test check gotest s3test genproto genproto-check fuzz bench-table bench-selector clean conformance bench bench-quick
 
 build:
 	go build -o .bin/reverie ./cmd/reverie
@@ -17,6 +17,10 @@ check:
 
 gotest:
 	go test -race -count=1 ./...
+
+# The remote snapshot tests against MinIO on loopback (installs it into .bin/).
+s3test:
+	scripts/test-s3.sh
 
 genproto:
 	scripts/genproto.sh

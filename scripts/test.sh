@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # reverie's whole test suite, as CI runs it on a fresh machine. It installs
-# what it needs: Go modules, a pinned staticcheck and grpcurl, the Python
+# what it needs: Go modules, a pinned staticcheck, grpcurl and MinIO, the Python
 # venv with the pinned protoc (scripts/venv.sh), and the pinned dm-reverb
 # venv for the conformance legs (scripts/reverb-env.sh).
 #
@@ -34,6 +34,9 @@ scripts/genproto.sh --check
 
 step "go test -race (GOMAXPROCS 1 and 4)"
 go test -race -count=1 -cpu 1,4 -timeout 15m ./...
+
+step "remote snapshots against a real S3 server: MinIO on loopback (scripts/test-s3.sh)"
+scripts/test-s3.sh
 
 step "acceptance: grpcurl ServerInfo through reflection"
 scripts/grpcurl-check.sh

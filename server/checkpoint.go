@@ -14,6 +14,7 @@ import (
 	"github.com/reverie-rl/reverie/internal/checkpoint"
 	"github.com/reverie-rl/reverie/internal/chunkstore"
 	"github.com/reverie-rl/reverie/internal/table"
+	"github.com/reverie-rl/reverie/internal/wal"
 	"github.com/reverie-rl/reverie/selector"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -29,6 +30,8 @@ type checkpointer struct {
 	running bool
 	closed  bool
 	next    *checkpointRun // waits for the running one; nil if none
+	// scheduled is set once the snapshot schedule has started.
+	scheduled bool
 }
 
 type checkpointRun struct {
@@ -71,6 +74,9 @@ func (s *Server) checkpointLoop(r *checkpointRun) {
 	defer s.bg.Done()
 	for r != nil {
 		r.dir, r.err = s.writeCheckpoint(s.bgCtx)
+		if r.err == nil && s.remote != nil {
+			r.err = s.uploadSnapshot(s.bgCtx, r.dir)
+		}
 		if r.err != nil && !errors.Is(r.err, errShuttingDown) {
 			s.log.Error("checkpoint failed", "dir", s.ckptRoot, "err", r.err)
 		}
@@ -88,7 +94,10 @@ func (s *Server) checkpointLoop(r *checkpointRun) {
 // table to a new directory under CheckpointDir and returns the directory's
 // absolute path. Inserts and samples go on while it is written. The
 // checkpoint is written by a goroutine of the server, so a caller that
-// gives up does not abandon it.
+// gives up does not abandon it. With remote snapshots configured, it
+// answers once the checkpoint is also uploaded; if the upload fails, it
+// answers UNAVAILABLE (ErrSnapshotUpload), though the local checkpoint
+// was written.
 func (s *Server) Checkpoint(ctx context.Context, _ *reverbpb.CheckpointRequest) (*reverbpb.CheckpointResponse, error) {
 	if s.ckptRoot == "" {
 		return nil, toStatus(ErrNoCheckpointDir)
@@ -249,14 +258,31 @@ func tableCheckpointHeader(info table.Info, tc TableConfig) *reverbpb.PriorityTa
 }
 
 // restoreAtStart restores Config.RestorePath, or else the newest complete
-// checkpoint in CheckpointDir, if any.
-// It returns the checkpoint's write-ahead log position (0 if none).
+// checkpoint in CheckpointDir or, if it is newer, the newest remote
+// snapshot, if any. It returns the checkpoint's write-ahead log position
+// (0 if none).
 func (s *Server) restoreAtStart() (uint64, error) {
 	path := s.cfg.RestorePath
 	if path == "" && s.ckptRoot != "" {
 		latest, err := checkpoint.Latest(s.ckptRoot)
 		if err != nil {
 			return 0, fmt.Errorf("%w: %v", ErrRestore, err)
+		}
+		// A local write-ahead log continues the local checkpoints only:
+		// with one, a remote snapshot (perhaps another server's) is not
+		// considered.
+		localLog := false
+		if s.wal != nil {
+			if localLog, err = wal.HasSegments(s.wal.Dir()); err != nil {
+				return 0, fmt.Errorf("%w: %v", ErrRestore, err)
+			}
+		}
+		if s.remote != nil && !localLog {
+			if latest, err = s.pullSnapshot(latest); err != nil {
+				return 0, fmt.Errorf("%w: %w", ErrRestore, err)
+			}
+		} else if s.remote != nil {
+			s.log.Info("a local write-ahead log exists; restoring the local checkpoint and log, not a remote snapshot", "wal_dir", s.wal.Dir())
 		}
 		path = latest
 	}

@@ -53,6 +53,12 @@ type Config struct {
 	WAL WALConfig
 	// Logger receives the server's structured logs. Nil means slog.Default().
 	Logger *slog.Logger
+
+	// Remote snapshots (snapshots.go).
+
+	// Snapshots copies checkpoints to object storage and restores from
+	// there at start. The zero value keeps no remote snapshots.
+	Snapshots SnapshotConfig
 }
 
 // WALConfig configures the write-ahead log. Durable mode needs
@@ -223,6 +229,9 @@ func (c *Config) Validate() error {
 		if c.CheckpointDir == "" {
 			return fmt.Errorf("%w: wal: durable mode needs checkpoint_dir, where the server checkpoints to cut the log", ErrInvalidConfig)
 		}
+		}
+	if err := c.Snapshots.validate(c); err != nil {
+		return err
 	}
 	return nil
 }

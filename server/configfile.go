@@ -525,9 +525,12 @@ type yamlFile struct {
 	Tables        []yamlTable `yaml:"tables"`
 	// Durable mode (the write-ahead log).
 	WAL yaml.Node `yaml:"wal"`
+
+	// Remote snapshots (configfile_snapshots.go).
+	RemoteSnapshots yaml.Node `yaml:"remote_snapshots"`
 }
 
-const yamlTopKeys = "port, listen, checkpoint_dir, tables, wal"
+const yamlTopKeys = "port, listen, checkpoint_dir, tables, wal, remote_snapshots"
 
 // yamlTable is one entry of tables.
 type yamlTable struct {
@@ -596,6 +599,9 @@ func (p *cfgParser) parseYAML(data []byte, cfg *Config) error {
 			return err
 		}
 		cfg.WAL = w
+	}
+	if err := p.yamlRemoteSnapshots(&f.RemoteSnapshots, cfg); err != nil {
+		return err
 	}
 	// The nodes of the tables, for their lines.
 	var root yaml.Node

@@ -66,6 +66,9 @@ func toStatus(err error) error {
 	case errors.Is(err, table.ErrClosed), errors.Is(err, errShuttingDown), errors.Is(err, wal.ErrClosed):
 		// Clients retry UNAVAILABLE: writers re-send unconfirmed items.
 		code = codes.Unavailable
+	case errors.Is(err, ErrSnapshotUpload):
+		// The bucket may be back when the call is made again.
+		code = codes.Unavailable
 	default:
 		code = codes.Internal
 	}

@@ -18,7 +18,15 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// The S3 driver of remote snapshots keeps idle HTTP connections that
+// outlive Close (its SDK offers no way to close them; they time out after
+// 90s). They are the only net/http goroutines the server package starts.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+	)
+}
 
 // chunk makes a chunk of one float32 column with the given rows (payload
 // bytes are arbitrary: the server never decodes them).

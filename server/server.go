@@ -28,6 +28,7 @@ import (
 
 	"github.com/reverie-rl/reverie/api/reverbpb"
 	"github.com/reverie-rl/reverie/internal/chunkstore"
+	"github.com/reverie-rl/reverie/internal/remote"
 	"github.com/reverie-rl/reverie/internal/table"
 	"github.com/reverie-rl/reverie/internal/wal"
 	"github.com/reverie-rl/reverie/selector"
@@ -57,6 +58,9 @@ type Server struct {
 	ckptRoot string   // CheckpointDir made absolute, or ""
 	wal      *wal.Log // the write-ahead log in durable mode, or nil
 	ckpt     checkpointer
+	remote   *remote.Bucket // Config.Snapshots.URL, or nil
+	// remoteClose closes remote after the last upload.
+	remoteClose sync.Once
 	// bg tracks the goroutines that write checkpoints; bgCtx ends them
 	// when the server stops hard.
 	bg       sync.WaitGroup
@@ -116,11 +120,16 @@ func New(cfg Config) (*Server, error) {
 		}
 		s.ckptRoot = abs
 	}
+	if err := s.openSnapshots(); err != nil {
+		return nil, err
+	}
 	mark, err := s.restoreAtStart()
 	if err != nil {
+		s.closeRemote()
 		return nil, err
 	}
 	if err := s.recoverWAL(mark); err != nil {
+		s.closeRemote()
 		return nil, fmt.Errorf("%w: %w", ErrRestore, err)
 	}
 	s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
@@ -208,6 +217,7 @@ func newStateID() *reverbpb.Uint128 {
 // ErrServerClosed. Any other return is a listener failure.
 func (s *Server) Serve(l net.Listener) error {
 	s.log.Info("reverie serving", "addr", l.Addr().String(), "tables", s.names)
+	s.startSnapshotSchedule()
 	err := s.grpc.Serve(l)
 	if err == nil || errors.Is(err, grpc.ErrServerStopped) {
 		return ErrServerClosed
@@ -250,11 +260,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}()
 	select {
 	case <-done:
+		s.closeRemote()
 		return nil
 	case <-ctx.Done():
 		s.bgCancel()
 		s.grpc.Stop()
 		<-done
+		s.closeRemote()
 		return ctx.Err()
 	}
 }
@@ -267,6 +279,7 @@ func (s *Server) Close() error {
 	s.grpc.Stop()
 	s.bg.Wait()
 	s.closeWAL()
+	s.closeRemote()
 	return nil
 }
 
@@ -279,6 +292,15 @@ func (s *Server) closeWAL() {
 	if err := s.wal.Close(); err != nil {
 		s.log.Error("write-ahead log did not close cleanly", "dir", s.wal.Dir(), "err", err)
 	}
+}
+
+// closeRemote releases the snapshot bucket once nothing uses it.
+func (s *Server) closeRemote() {
+	s.remoteClose.Do(func() {
+		if s.remote != nil {
+			s.remote.Close()
+		}
+	})
 }
 
 // TableStats returns the running statistics of the named table.

@@ -651,3 +651,33 @@ func TestServePprof(t *testing.T) {
 	}
 	p.stop(t, syscall.SIGTERM)
 }
+
+// TestSnapshotsNewMachine: a server started on an empty --checkpoint-dir
+// (a new machine) restores what another server uploaded to the
+// --snapshot-url bucket; and --snapshot-url needs a checkpoint directory.
+func TestSnapshotsNewMachine(t *testing.T) {
+	bucket := "file://" + filepath.ToSlash(t.TempDir())
+	p := serve(t, "--checkpoint-dir", t.TempDir(), "--snapshot-url", bucket, "--snapshot-interval", "1h")
+	conn := dial(t, p.addr)
+	insertItems(t, conn, "replay", 1, 2, 3)
+	checkpointRPC(t, conn)
+	if logs, ok := logsContain(p, "snapshot uploaded"); !ok {
+		t.Errorf("no upload in the logs:\n%s", logs)
+	}
+	p.kill(t)
+
+	p = serve(t, "--checkpoint-dir", t.TempDir(), "--snapshot-url", bucket)
+	conn = dial(t, p.addr)
+	if info := tableInfo(t, conn); info[0].GetCurrentSize() != 3 {
+		t.Fatalf("after restart on a new checkpoint dir: %v", info[0])
+	}
+	if logs, ok := logsContain(p, "remote snapshot downloaded and verified"); !ok {
+		t.Errorf("no download in the logs:\n%s", logs)
+	}
+	p.stop(t, syscall.SIGTERM)
+
+	out, err := exec.Command(binary, "serve", "--listen", "localhost:0", "--snapshot-url", bucket).CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(out), "requires checkpoint_dir") {
+		t.Fatalf("--snapshot-url without --checkpoint-dir: exit %v\n%s", err, out)
+	}
+}

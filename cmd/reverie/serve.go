@@ -29,6 +29,10 @@ func runServe(args []string) int {
 	walDir := fs.String("wal-dir", "", "write-ahead log directory (default: the checkpoint directory's wal/)")
 	pprofAddr := fs.String("pprof", "", "serve Go's net/http/pprof profiles on this host:port (e.g. localhost:6060); off by default. Bind it to loopback: profiles expose internals")
 	drain := fs.Duration("shutdown-timeout", 10*time.Second, "how long a signal lets open streams drain before the server stops hard")
+	// Remote snapshots (docs/config.md, remote_snapshots).
+	snapURL := fs.String("snapshot-url", "", "bucket URL for remote snapshots (file://, s3:// or gs://, optional ?prefix=dir/); each checkpoint is also uploaded there, and at start the newest snapshot is restored if it is newer than the newest local checkpoint; requires --checkpoint-dir or checkpoint_dir (overrides the config's remote_snapshots.url)")
+	snapInterval := fs.Duration("snapshot-interval", 0, "take and upload a checkpoint this often, e.g. 10m (overrides the config's remote_snapshots.interval; default none: only Checkpoint calls upload)")
+	snapKeep := fs.Int("snapshot-keep", 0, fmt.Sprintf("remote snapshots to keep (overrides the config's remote_snapshots.keep; default %d)", server.DefaultSnapshotKeep))
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -68,6 +72,15 @@ func runServe(args []string) int {
 		cfg.WAL.Dir = *walDir
 	}
 	cfg.RestorePath = *restore
+	if *snapURL != "" {
+		cfg.Snapshots.URL = *snapURL
+	}
+	if *snapInterval != 0 {
+		cfg.Snapshots.Interval = *snapInterval
+	}
+	if *snapKeep != 0 {
+		cfg.Snapshots.Keep = *snapKeep
+	}
 	cfg.Logger = log
 
 	srv, err := server.New(cfg)

@@ -16,7 +16,9 @@ const dirLayout = "2006-01-02T15:04:05.000000000Z"
 // DirName is the name of the checkpoint directory for t.
 func DirName(t time.Time) string { return t.UTC().Format(dirLayout) }
 
-func parseDirName(name string) (time.Time, bool) {
+// ParseDirName returns the time a checkpoint directory name stands for, and
+// false if name is not such a name (DirName of some time).
+func ParseDirName(name string) (time.Time, bool) {
 	t, err := time.Parse(dirLayout, name)
 	if err != nil || t.Format(dirLayout) != name {
 		return time.Time{}, false
@@ -36,7 +38,7 @@ func listNames(root string) ([]string, error) {
 	}
 	var names []string
 	for _, e := range ents {
-		if _, ok := parseDirName(e.Name()); ok && e.IsDir() {
+		if _, ok := ParseDirName(e.Name()); ok && e.IsDir() {
 			names = append(names, e.Name())
 		}
 	}

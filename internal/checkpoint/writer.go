@@ -51,7 +51,7 @@ func Create(root string, now time.Time) (*Writer, error) {
 	}
 	t := now.UTC()
 	if n := len(names); n > 0 {
-		if last, _ := parseDirName(names[n-1]); !t.After(last) {
+		if last, _ := ParseDirName(names[n-1]); !t.After(last) {
 			t = last.Add(time.Nanosecond)
 		}
 	}

@@ -126,6 +126,12 @@ func syncDir(dir string) error {
 	return nil
 }
 
+// HasSegments reports whether dir holds any segment file.
+func HasSegments(dir string) (bool, error) {
+	segs, err := listSegments(dir)
+	return len(segs) > 0, err
+}
+
 type segmentFile struct {
 	path  string
 	first uint64

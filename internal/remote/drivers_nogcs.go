@@ -1,0 +1,5 @@
+//go:build nogcs
+
+package remote
+
+const gcsLinked = false

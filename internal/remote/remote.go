@@ -1,0 +1,333 @@
+// Package remote keeps copies of checkpoints, called snapshots, in object
+// storage: a bucket opened by URL through gocloud.dev/blob (file://, s3://
+// and gs:// are linked in). A snapshot is a checkpoint directory's name
+// used as an object prefix:
+//
+//	<name>/checkpoint.rvck   the checkpoint file, uploaded first
+//	<name>/DONE              empty, written once checkpoint.rvck is whole
+//
+// where <name> is the checkpoint directory's name (its UTC time, see
+// checkpoint.DirName), so snapshots sort by name as by time. Only a
+// snapshot with DONE counts; an interrupted upload leaves none, and Prune
+// removes it later. Files stream in both directions: a snapshot never has
+// to fit in memory. Downloads are verified before they are used.
+//
+// docs/formats.md ("Remote snapshots") describes the layout and how the
+// server uses it. A Bucket is safe for concurrent use, but the methods
+// assume that one writer at a time uploads and prunes under a prefix.
+package remote
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/reverie-rl/reverie/internal/checkpoint"
+	"gocloud.dev/blob"
+	"gocloud.dev/gcerrors"
+
+	// The bucket drivers OpenBucket knows; gs:// is in drivers_gcs.go.
+	_ "gocloud.dev/blob/fileblob"
+	_ "gocloud.dev/blob/s3blob"
+)
+
+// Schemes are the URL schemes Open accepts.
+var Schemes = []string{"file", "s3", "gs"}
+
+var (
+	// ErrBadURL is wrapped by the errors of CheckURL and Open about the
+	// URL itself.
+	ErrBadURL = errors.New("remote: bad bucket URL")
+	// ErrNotFound is returned by Download for a snapshot that has no
+	// DONE object: missing, or never finished.
+	ErrNotFound = errors.New("remote: no complete snapshot")
+)
+
+const contentType = "application/octet-stream"
+
+// Part sizes of multipart uploads. S3 allows at most 10,000 parts, so the
+// part grows with the file; each of the uploader's concurrent parts is
+// held in memory.
+const (
+	minPartSize = 8 << 20
+	maxParts    = 9000 // under S3's 10,000, with room to spare
+)
+
+// Bucket is a bucket of snapshots, opened by Open.
+type Bucket struct {
+	b   *blob.Bucket
+	url string // for messages: the URL with any password hidden
+}
+
+// CheckURL reports whether rawURL could name a bucket: it parses and has
+// one of Schemes. It does not contact the bucket.
+func CheckURL(rawURL string) error {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrBadURL, err)
+	}
+	if u.Scheme == "gs" && !gcsLinked {
+		return fmt.Errorf("%w: %s: this binary was built without gs:// support (build tag nogcs)", ErrBadURL, u.Redacted())
+	}
+	if !slices.Contains(Schemes, u.Scheme) {
+		return fmt.Errorf("%w: %s: scheme %q is not supported; want one of %s://", ErrBadURL,
+			u.Redacted(), u.Scheme, strings.Join(Schemes, "://, "))
+	}
+	if u.Host == "" && u.Path == "" && u.Opaque == "" {
+		return fmt.Errorf("%w: %s: no bucket or directory", ErrBadURL, u.Redacted())
+	}
+	return nil
+}
+
+// Open opens the bucket at rawURL, a gocloud.dev/blob URL such as
+// "s3://bucket?region=us-east-1&prefix=trial-7/" or
+// "file:///srv/snapshots". The "prefix" parameter puts every object under
+// a prefix, which should end in "/". Credentials come from the driver's
+// usual sources (for S3, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY among
+// others). Open does not contact the bucket; the first call that needs it
+// does.
+func Open(ctx context.Context, rawURL string) (*Bucket, error) {
+	if err := CheckURL(rawURL); err != nil {
+		return nil, err
+	}
+	u, _ := url.Parse(rawURL)
+	shown := u.Redacted()
+	b, err := blob.OpenBucket(ctx, rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrBadURL, shown, err)
+	}
+	return &Bucket{b: b, url: shown}, nil
+}
+
+// String is the bucket's URL with any password hidden.
+func (b *Bucket) String() string { return b.url }
+
+// Close releases the bucket.
+func (b *Bucket) Close() error { return b.b.Close() }
+
+// Snapshot describes one snapshot in a bucket.
+type Snapshot struct {
+	// Name is the checkpoint directory name, also the object prefix.
+	Name string
+	// Time is the time the name stands for.
+	Time time.Time
+	// Size is the size of its checkpoint.rvck object; -1 if there is none.
+	Size int64
+	// Complete is true once its DONE object exists.
+	Complete bool
+}
+
+func fileKey(name string) string { return name + "/" + checkpoint.FileName }
+func doneKey(name string) string { return name + "/" + checkpoint.DoneName }
+
+// errorf wraps err with the bucket URL and the object concerned.
+func (b *Bucket) errorf(err error, op, key string) error {
+	return fmt.Errorf("remote: %s %s object %q: %w", op, b.url, key, err)
+}
+
+// List returns the snapshots in the bucket, complete or not, oldest first.
+// Objects that are not part of a snapshot are ignored.
+func (b *Bucket) List(ctx context.Context) ([]Snapshot, error) {
+	byName := make(map[string]*Snapshot)
+	it := b.b.List(nil)
+	for {
+		obj, err := it.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("remote: list %s: %w", b.url, err)
+		}
+		name, base, ok := strings.Cut(obj.Key, "/")
+		if !ok || (base != checkpoint.FileName && base != checkpoint.DoneName) {
+			continue
+		}
+		t, ok := checkpoint.ParseDirName(name)
+		if !ok {
+			continue
+		}
+		s := byName[name]
+		if s == nil {
+			s = &Snapshot{Name: name, Time: t, Size: -1}
+			byName[name] = s
+		}
+		if base == checkpoint.FileName {
+			s.Size = obj.Size
+		} else {
+			s.Complete = true
+		}
+	}
+	snaps := make([]Snapshot, 0, len(byName))
+	for _, s := range byName {
+		if s.Size < 0 {
+			s.Complete = false // DONE without its file
+		}
+		snaps = append(snaps, *s)
+	}
+	slices.SortFunc(snaps, func(a, b Snapshot) int { return strings.Compare(a.Name, b.Name) })
+	return snaps, nil
+}
+
+// Latest returns the newest complete snapshot, and false if there is none.
+func (b *Bucket) Latest(ctx context.Context) (Snapshot, bool, error) {
+	snaps, err := b.List(ctx)
+	if err != nil {
+		return Snapshot{}, false, err
+	}
+	for _, s := range slices.Backward(snaps) {
+		if s.Complete {
+			return s, true, nil
+		}
+	}
+	return Snapshot{}, false, nil
+}
+
+// Upload copies the complete checkpoint directory dir to the bucket as the
+// snapshot of the same name, and returns it. It streams checkpoint.rvck,
+// checks the size of the object written, and then writes DONE. A snapshot
+// of that name that is already complete is left as it is. If ctx ends or
+// the upload fails, the partial upload is abandoned and no DONE is
+// written.
+func (b *Bucket) Upload(ctx context.Context, dir string) (Snapshot, error) {
+	name := filepath.Base(dir)
+	t, ok := checkpoint.ParseDirName(name)
+	if !ok {
+		return Snapshot{}, fmt.Errorf("remote: upload %s: not a checkpoint directory name", dir)
+	}
+	if !checkpoint.Complete(dir) {
+		return Snapshot{}, fmt.Errorf("remote: upload %s: not a complete checkpoint", dir)
+	}
+	f, err := os.Open(filepath.Join(dir, checkpoint.FileName))
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("remote: upload: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("remote: upload: %w", err)
+	}
+	snap := Snapshot{Name: name, Time: t, Size: st.Size(), Complete: true}
+
+	done, err := b.b.Exists(ctx, doneKey(name))
+	if err != nil {
+		return Snapshot{}, b.errorf(err, "check", doneKey(name))
+	}
+	if done {
+		return snap, nil
+	}
+
+	key := fileKey(name)
+	if err := b.put(ctx, key, f, st.Size()); err != nil {
+		return Snapshot{}, err
+	}
+	attrs, err := b.b.Attributes(ctx, key)
+	if err != nil {
+		return Snapshot{}, b.errorf(err, "check", key)
+	}
+	if attrs.Size != st.Size() {
+		return Snapshot{}, b.errorf(fmt.Errorf("%d bytes stored, %d sent", attrs.Size, st.Size()), "check", key)
+	}
+	// DONE last: until it exists, readers ignore the snapshot.
+	if err := b.b.WriteAll(ctx, doneKey(name), nil, &blob.WriterOptions{ContentType: contentType}); err != nil {
+		return Snapshot{}, b.errorf(err, "write", doneKey(name))
+	}
+	return snap, nil
+}
+
+// put streams r (size bytes) to key. A failed write is aborted by
+// cancelling the writer's context, so that the object is not created.
+func (b *Bucket) put(ctx context.Context, key string, r io.Reader, size int64) error {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	part := max(int64(minPartSize), (size+maxParts-1)/maxParts)
+	w, err := b.b.NewWriter(wctx, key, &blob.WriterOptions{ContentType: contentType, BufferSize: int(part)})
+	if err != nil {
+		return b.errorf(err, "write", key)
+	}
+	if _, err := io.Copy(w, r); err != nil {
+		cancel()
+		w.Close()
+		return b.errorf(err, "write", key)
+	}
+	if err := w.Close(); err != nil {
+		return b.errorf(err, "write", key)
+	}
+	return nil
+}
+
+// Download copies the complete snapshot name into root as a checkpoint
+// directory of the same name and returns its path. The file is streamed to
+// disk and verified (checkpoint.Import) before the directory is marked
+// complete: a damaged snapshot fails with an error wrapping
+// checkpoint.ErrCorrupt and leaves nothing behind. A snapshot without DONE
+// fails with ErrNotFound.
+func (b *Bucket) Download(ctx context.Context, name, root string) (string, error) {
+	if _, ok := checkpoint.ParseDirName(name); !ok {
+		return "", fmt.Errorf("remote: download %q: not a snapshot name", name)
+	}
+	done, err := b.b.Exists(ctx, doneKey(name))
+	if err != nil {
+		return "", b.errorf(err, "check", doneKey(name))
+	}
+	if !done {
+		return "", fmt.Errorf("%w: %s has no object %q", ErrNotFound, b.url, doneKey(name))
+	}
+	key := fileKey(name)
+	r, err := b.b.NewReader(ctx, key, nil)
+	if err != nil {
+		if gcerrors.Code(err) == gcerrors.NotFound {
+			return "", fmt.Errorf("%w: %s has %q but no object %q", ErrNotFound, b.url, doneKey(name), key)
+		}
+		return "", b.errorf(err, "read", key)
+	}
+	defer r.Close()
+	dir, _, err := checkpoint.Import(root, name, r)
+	if err != nil {
+		return "", b.errorf(err, "download", key)
+	}
+	return dir, nil
+}
+
+// Prune keeps the newest keep complete snapshots (at least one) and
+// removes every snapshot older than the oldest of them, complete or not.
+// Incomplete snapshots newer than that are left alone: they may be uploads
+// under way. Each snapshot loses its DONE first, so that a prune cut short
+// never leaves a snapshot that looks complete but is not. Prune returns
+// the names it removed.
+func (b *Bucket) Prune(ctx context.Context, keep int) ([]string, error) {
+	keep = max(keep, 1)
+	snaps, err := b.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var complete []string
+	for _, s := range snaps {
+		if s.Complete {
+			complete = append(complete, s.Name)
+		}
+	}
+	if len(complete) == 0 {
+		return nil, nil
+	}
+	oldestKept := complete[max(0, len(complete)-keep)]
+	var removed []string
+	for _, s := range snaps {
+		if s.Name >= oldestKept {
+			break
+		}
+		for _, key := range []string{doneKey(s.Name), fileKey(s.Name)} {
+			if err := b.b.Delete(ctx, key); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+				return removed, b.errorf(err, "delete", key)
+			}
+		}
+		removed = append(removed, s.Name)
+	}
+	return removed, nil
+}

@@ -1,0 +1,312 @@
+package remote
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/reverie-rl/reverie/api/reverbpb"
+	"github.com/reverie-rl/reverie/api/tensorflowpb"
+	"github.com/reverie-rl/reverie/internal/checkpoint"
+	"go.uber.org/goleak"
+)
+
+// The S3 driver's HTTP client keeps idle connections, whose goroutines
+// outlive Bucket.Close.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+	)
+}
+
+// S3URLEnv names the environment variable that points the S3 tests at an
+// S3-compatible server: a URL such as
+// "s3://bucket?endpoint=http://127.0.0.1:9000&region=us-east-1&use_path_style=true".
+// scripts/minio.sh starts one and prints it.
+const S3URLEnv = "REVERIE_TEST_S3_URL"
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// writeCheckpoint writes a checkpoint of one table holding items items of
+// one chunk of chunkBytes bytes each, named after at, under root.
+func writeCheckpoint(t testing.TB, root string, at time.Time, items, chunkBytes int) string {
+	t.Helper()
+	w, err := checkpoint.Create(root, at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.BeginTable(&reverbpb.PriorityTableCheckpoint{TableName: "replay", MaxSize: 1000})
+	payload := make([]byte, chunkBytes)
+	for i := range items {
+		rand.Read(payload)
+		key := uint64(i + 1)
+		w.Chunk(&reverbpb.ChunkData{
+			ChunkKey:      key,
+			SequenceRange: &reverbpb.SequenceRange{EpisodeId: key, End: 0},
+			Data:          &reverbpb.ChunkData_Data{Tensors: []*tensorflowpb.TensorProto{{TensorContent: payload}}},
+		})
+		w.Item(&reverbpb.PrioritizedItem{
+			Key: key, Table: "replay", Priority: 1,
+			FlatTrajectory: &reverbpb.FlatTrajectory{Columns: []*reverbpb.FlatTrajectory_Column{{
+				ChunkSlices: []*reverbpb.FlatTrajectory_ChunkSlice{{ChunkKey: key, Length: 1}},
+			}}},
+		})
+	}
+	if err := w.EndTable(); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := w.Commit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// withPrefix adds a prefix unique to the test to a bucket URL.
+func withPrefix(t *testing.T, raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b [4]byte
+	rand.Read(b[:])
+	q := u.Query()
+	q.Set("prefix", q.Get("prefix")+strings.ReplaceAll(t.Name(), "/", "_")+"-"+hex.EncodeToString(b[:])+"/")
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+func openT(t *testing.T, raw string) *Bucket {
+	t.Helper()
+	b, err := Open(ctxT(t), raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// suite holds the tests that run against every kind of bucket.
+var suite = []struct {
+	name string
+	f    func(t *testing.T, b *Bucket)
+}{
+	{"UploadDownload", testUploadDownload},
+	{"IncompleteAndCorrupt", testIncompleteAndCorrupt},
+	{"UploadCancelled", testUploadCancelled},
+	{"Prune", testPrune},
+}
+
+// TestFile runs the suite against file:// buckets in fresh directories.
+func TestFile(t *testing.T) {
+	for _, tt := range suite {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.f(t, openT(t, "file://"+filepath.ToSlash(t.TempDir())))
+		})
+	}
+}
+
+// TestS3 runs the suite against an S3-compatible server, each test under
+// a fresh prefix of the bucket that S3URLEnv names. It is skipped when the
+// variable is not set; scripts/test.sh sets it and fails on a skip.
+func TestS3(t *testing.T) {
+	raw := os.Getenv(S3URLEnv)
+	if raw == "" {
+		t.Skipf("%s is not set (scripts/minio.sh starts a server)", S3URLEnv)
+	}
+	for _, tt := range suite {
+		t.Run(tt.name, func(t *testing.T) { tt.f(t, openT(t, withPrefix(t, raw))) })
+	}
+}
+
+var t0 = time.Date(2026, 3, 4, 5, 6, 7, 8, time.UTC)
+
+func testUploadDownload(t *testing.T, b *Bucket) {
+	ctx := ctxT(t)
+	if _, ok, err := b.Latest(ctx); ok || err != nil {
+		t.Fatalf("Latest of an empty bucket: %v %v", ok, err)
+	}
+	// 20 MB: more than one part of a multipart upload.
+	dir := writeCheckpoint(t, t.TempDir(), t0, 5, 4<<20)
+	snap, err := b.Upload(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := os.ReadFile(filepath.Join(dir, checkpoint.FileName))
+	if snap.Name != filepath.Base(dir) || !snap.Complete || snap.Size != int64(len(want)) || !snap.Time.Equal(t0) {
+		t.Fatalf("Upload = %+v", snap)
+	}
+	latest, ok, err := b.Latest(ctx)
+	if err != nil || !ok || latest != snap {
+		t.Fatalf("Latest = %+v %v %v, want %+v", latest, ok, err, snap)
+	}
+	// Uploading again changes nothing.
+	if again, err := b.Upload(ctx, dir); err != nil || again != snap {
+		t.Fatalf("second Upload = %+v, %v", again, err)
+	}
+
+	root := filepath.Join(t.TempDir(), "ckpt")
+	got, err := b.Download(ctx, snap.Name, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != filepath.Join(root, snap.Name) || !checkpoint.Complete(got) {
+		t.Fatalf("Download = %q", got)
+	}
+	data, _ := os.ReadFile(filepath.Join(got, checkpoint.FileName))
+	if !bytes.Equal(data, want) {
+		t.Fatal("downloaded file differs from the uploaded one")
+	}
+}
+
+func testIncompleteAndCorrupt(t *testing.T, b *Bucket) {
+	ctx := ctxT(t)
+	good := writeCheckpoint(t, t.TempDir(), t0, 3, 100)
+	if _, err := b.Upload(ctx, good); err != nil {
+		t.Fatal(err)
+	}
+	data, _ := os.ReadFile(filepath.Join(good, checkpoint.FileName))
+
+	// A newer snapshot whose upload never finished: no DONE.
+	partial := checkpoint.DirName(t0.Add(time.Hour))
+	if err := b.b.WriteAll(ctx, fileKey(partial), data[:len(data)/2], nil); err != nil {
+		t.Fatal(err)
+	}
+	if latest, _, _ := b.Latest(ctx); latest.Name != filepath.Base(good) {
+		t.Fatalf("Latest = %q, want the complete %q", latest.Name, filepath.Base(good))
+	}
+	root := t.TempDir()
+	if _, err := b.Download(ctx, partial, root); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Download of an incomplete snapshot: %v, want ErrNotFound", err)
+	}
+
+	// A newer, complete snapshot whose file was damaged in storage.
+	bad := checkpoint.DirName(t0.Add(2 * time.Hour))
+	damaged := bytes.Clone(data)
+	damaged[len(damaged)/2] ^= 0xff
+	b.b.WriteAll(ctx, fileKey(bad), damaged, nil)
+	b.b.WriteAll(ctx, doneKey(bad), nil, nil)
+	latest, _, _ := b.Latest(ctx)
+	if latest.Name != bad {
+		t.Fatalf("Latest = %q, want %q", latest.Name, bad)
+	}
+	_, err := b.Download(ctx, bad, root)
+	if !errors.Is(err, checkpoint.ErrCorrupt) {
+		t.Fatalf("Download of a damaged snapshot: %v, want ErrCorrupt", err)
+	}
+	if !strings.Contains(err.Error(), b.String()) || !strings.Contains(err.Error(), fileKey(bad)) {
+		t.Fatalf("error does not name the bucket and the object: %v", err)
+	}
+	if ents, _ := os.ReadDir(root); len(ents) != 0 {
+		t.Fatalf("a failed download left %v", ents)
+	}
+}
+
+func testUploadCancelled(t *testing.T, b *Bucket) {
+	dir := writeCheckpoint(t, t.TempDir(), t0, 3, 1<<20)
+	ctx, cancel := context.WithCancel(ctxT(t))
+	cancel()
+	if _, err := b.Upload(ctx, dir); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Upload with a cancelled context: %v", err)
+	}
+	snaps, err := b.List(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range snaps {
+		if s.Complete {
+			t.Fatalf("a cancelled upload left a complete snapshot: %+v", s)
+		}
+	}
+}
+
+func testPrune(t *testing.T, b *Bucket) {
+	ctx := ctxT(t)
+	local := t.TempDir()
+	var names []string
+	for i := range 4 {
+		dir := writeCheckpoint(t, local, t0.Add(time.Duration(i)*time.Minute), 1, 10)
+		if _, err := b.Upload(ctx, dir); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, filepath.Base(dir))
+	}
+	// Failed uploads, one between old snapshots and one after all.
+	oldPartial := checkpoint.DirName(t0.Add(90 * time.Second))
+	newPartial := checkpoint.DirName(t0.Add(time.Hour))
+	b.b.WriteAll(ctx, fileKey(oldPartial), []byte("x"), nil)
+	b.b.WriteAll(ctx, fileKey(newPartial), []byte("x"), nil)
+	// An object that is not a snapshot's.
+	b.b.WriteAll(ctx, "notes.txt", []byte("x"), nil)
+
+	removed, err := b.Prune(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{names[0], names[1], oldPartial}; strings.Join(removed, " ") != strings.Join(want, " ") {
+		t.Fatalf("Prune removed %v, want %v", removed, want)
+	}
+	snaps, _ := b.List(ctx)
+	var left []string
+	for _, s := range snaps {
+		left = append(left, s.Name)
+	}
+	if want := []string{names[2], names[3], newPartial}; strings.Join(left, " ") != strings.Join(want, " ") {
+		t.Fatalf("after Prune: %v, want %v", left, want)
+	}
+	if ok, _ := b.b.Exists(ctx, "notes.txt"); !ok {
+		t.Fatal("Prune removed an object that is not a snapshot's")
+	}
+	// Keep 0 means 1.
+	if _, err := b.Prune(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if latest, _, _ := b.Latest(ctx); latest.Name != names[3] {
+		t.Fatalf("Latest after Prune(0) = %q", latest.Name)
+	}
+}
+
+func TestCheckURL(t *testing.T) {
+	tests := []struct {
+		url string
+		ok  bool
+	}{
+		{"file:///srv/snapshots", true},
+		{"s3://bucket?region=us-east-1&prefix=trial/", true},
+		{"gs://bucket", gcsLinked},
+		{"http://example.com/bucket", false},
+		{"azblob://container", false},
+		{"/srv/snapshots", false},
+		{"s3://", false},
+		{"::", false},
+	}
+	for _, tt := range tests {
+		err := CheckURL(tt.url)
+		if (err == nil) != tt.ok {
+			t.Errorf("CheckURL(%q) = %v, want ok %v", tt.url, err, tt.ok)
+		}
+		if err != nil && !errors.Is(err, ErrBadURL) {
+			t.Errorf("CheckURL(%q) = %v, does not wrap ErrBadURL", tt.url, err)
+		}
+	}
+}
+
+func TestOpenNamesURL(t *testing.T) {
+	_, err := Open(ctxT(t), "file:///nonexistent-dir-for-reverie-test")
+	if !errors.Is(err, ErrBadURL) || !strings.Contains(err.Error(), "nonexistent-dir-for-reverie-test") {
+		t.Fatalf("Open of a missing directory: %v", err)
+	}
+}
