@@ -47,6 +47,10 @@ type Config struct {
 	RestorePath string
 	// Logger receives the server's structured logs. Nil means slog.Default().
 	Logger *slog.Logger
+
+	// Storage says where chunk data lives; the zero value keeps it all in
+	// memory. See storage.go.
+	Storage StorageConfig
 }
 
 // RateLimiter configures a table's rate limiter; see MinSize,
@@ -180,6 +184,9 @@ func (c *Config) Validate() error {
 		if err := t.RateLimiter.Validate(); err != nil {
 			return fmt.Errorf("%w: %s.rate_limiter: %v", ErrInvalidConfig, field, err)
 		}
+	}
+	if err := c.Storage.validate(); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
 	return nil
 }

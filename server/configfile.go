@@ -521,9 +521,10 @@ type yamlFile struct {
 	Listen        yaml.Node   `yaml:"listen"`
 	CheckpointDir yaml.Node   `yaml:"checkpoint_dir"`
 	Tables        []yamlTable `yaml:"tables"`
+	Storage       yaml.Node   `yaml:"storage"`
 }
 
-const yamlTopKeys = "port, listen, checkpoint_dir, tables"
+const yamlTopKeys = "port, listen, checkpoint_dir, tables, storage"
 
 // yamlTable is one entry of tables.
 type yamlTable struct {
@@ -585,6 +586,13 @@ func (p *cfgParser) parseYAML(data []byte, cfg *Config) error {
 			return err
 		}
 		cfg.CheckpointDir = dir
+	}
+	if !yamlAbsent(&f.Storage) {
+		sc, err := p.yamlStorage(&f.Storage)
+		if err != nil {
+			return err
+		}
+		cfg.Storage = sc
 	}
 	// The nodes of the tables, for their lines.
 	var root yaml.Node

@@ -25,6 +25,10 @@ func runServe(args []string) int {
 	checkpointDir := fs.String("checkpoint-dir", "", "directory the Checkpoint RPC writes to (overrides the config's checkpoint_dir); at start the newest complete checkpoint in it is restored unless --restore is given")
 	restore := fs.String("restore", "", "restore this checkpoint at start: a checkpoint directory (as the Checkpoint RPC returns it) or its checkpoint.rvck file; the server refuses to start if it cannot be restored whole")
 	drain := fs.Duration("shutdown-timeout", 10*time.Second, "how long a signal lets open streams drain before the server stops hard")
+	// Storage (overrides the config's storage block field by field).
+	storageMode := fs.String("storage-mode", "", "where chunk data lives: memory (default), hybrid (memory up to --memory-limit-bytes, then disk) or disk")
+	memoryLimit := fs.Int64("memory-limit-bytes", -1, "chunk data held in memory in hybrid and disk modes (disk mode default: 64 MiB)")
+	storageDir := fs.String("storage-dir", "", "spill directory of hybrid and disk modes, wiped at start (default: spill/ under the checkpoint dir, else a temporary directory)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -56,6 +60,20 @@ func runServe(args []string) int {
 	}
 	cfg.RestorePath = *restore
 	cfg.Logger = log
+	if *storageMode != "" {
+		cfg.Storage.Mode = server.StorageMode(*storageMode)
+	}
+	if *memoryLimit >= 0 {
+		cfg.Storage.MemoryLimitBytes = *memoryLimit
+	}
+	if *storageDir != "" {
+		cfg.Storage.Dir = *storageDir
+	}
+	if lim := server.GoMemoryLimit(cfg); lim > 0 && cfg.Validate() == nil {
+		// Keep the Go heap near the chunk data limit rather than letting
+		// it grow to twice the live heap (GOGC); GOMEMLIMIT overrides.
+		log.Info("go memory limit", "bytes", server.SetGoMemoryLimit(cfg))
+	}
 
 	srv, err := server.New(cfg)
 	if errors.Is(err, server.ErrRestore) {

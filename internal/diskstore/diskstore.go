@@ -9,8 +9,8 @@
 //
 // # Layout
 //
-// The directory holds a marker file, REVERIE_SPILL, and pebble's files
-// under pebble/. Each value is one chunk's data (a reverb.ChunkData in its
+// The directory holds a marker file, REVERIE_SPILL, a LOCK file that an open
+// store holds locked, and pebble's files under pebble/. Each value is one chunk's data (a reverb.ChunkData in its
 // protobuf encoding) under an 8-byte big-endian key: the id the chunk store
 // gave it, never reused within one run. Values are not compressed again:
 // clients compress tensors already.
@@ -29,6 +29,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -36,6 +37,7 @@ import (
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/reverie-rl/reverie/internal/chunkstore"
 )
 
@@ -46,10 +48,17 @@ var (
 	// ErrNotSpillDir: Open was given a directory that holds files but no
 	// marker; it refuses to wipe what it did not create.
 	ErrNotSpillDir = errors.New("diskstore: directory is not empty and not a reverie spill directory")
+	// ErrLocked: another open Store (in this process or another) uses the
+	// directory.
+	ErrLocked = errors.New("diskstore: directory in use by another server")
 )
 
 // MarkerFile names the file that marks a directory as a spill directory.
 const MarkerFile = "REVERIE_SPILL"
+
+// lockFile names the file a Store holds locked while it is open, so that a
+// second server given the same directory fails instead of wiping it.
+const lockFile = "LOCK"
 
 // Defaults of Options.
 const (
@@ -97,17 +106,35 @@ type Store struct {
 	// mu is held for reading by every pebble call and for writing by
 	// Close, which turns later calls into ErrClosed (pebble panics on a
 	// closed database).
-	mu sync.RWMutex
-	db *pebble.DB // nil once closed; guarded by mu
+	mu   sync.RWMutex
+	db   *pebble.DB // nil once closed; guarded by mu
+	lock io.Closer  // the lock on lockFile, released by Close
 }
 
 var _ chunkstore.Spill = (*Store)(nil)
 
-// Open wipes dir (creating it if needed) and opens an empty store in it. A
-// directory that holds files but no MarkerFile is refused with
-// ErrNotSpillDir.
+// Open locks dir (creating it if needed), wipes it and opens an empty store
+// in it. A directory that holds files but no MarkerFile is refused with
+// ErrNotSpillDir, one that another Store has open with ErrLocked.
 func Open(dir string, opts Options) (*Store, error) {
 	opts.fill()
+	if err := checkDir(dir); err != nil {
+		return nil, err
+	}
+	lock, err := vfs.Default.Lock(filepath.Join(dir, lockFile))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrLocked, dir, err)
+	}
+	s, err := open(dir, opts)
+	if err != nil {
+		lock.Close()
+		return nil, err
+	}
+	s.lock = lock
+	return s, nil
+}
+
+func open(dir string, opts Options) (*Store, error) {
 	if err := wipe(dir); err != nil {
 		return nil, err
 	}
@@ -129,8 +156,8 @@ func Open(dir string, opts Options) (*Store, error) {
 	return &Store{dir: dir, db: db}, nil
 }
 
-// wipe empties dir if it is a spill directory, or creates it.
-func wipe(dir string) error {
+// checkDir creates dir, or checks that it is empty or a spill directory.
+func checkDir(dir string) error {
 	ents, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -147,7 +174,20 @@ func wipe(dir string) error {
 	if _, err := os.Stat(filepath.Join(dir, MarkerFile)); err != nil {
 		return fmt.Errorf("%w: %s", ErrNotSpillDir, dir)
 	}
+	return nil
+}
+
+// wipe empties dir, a spill directory whose lock the caller holds, but for
+// the lock file.
+func wipe(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("diskstore: %w", err)
+	}
 	for _, e := range ents {
+		if e.Name() == lockFile {
+			continue
+		}
 		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
 			return fmt.Errorf("diskstore: wiping %s: %w", dir, err)
 		}
@@ -252,9 +292,7 @@ func (s *Store) Close() error {
 	}
 	err := s.db.Close()
 	s.db = nil
-	if rerr := wipe(s.dir); err == nil {
-		err = rerr
-	}
+	err = errors.Join(err, wipe(s.dir), s.lock.Close(), os.Remove(filepath.Join(s.dir, lockFile)))
 	return err
 }
 

@@ -19,7 +19,7 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func open(t testing.TB, dir string) *Store {
+func openT(t testing.TB, dir string) *Store {
 	t.Helper()
 	s, err := Open(dir, Options{})
 	if err != nil {
@@ -30,7 +30,7 @@ func open(t testing.TB, dir string) *Store {
 }
 
 func TestPutGetDelete(t *testing.T) {
-	s := open(t, t.TempDir())
+	s := openT(t, t.TempDir())
 	for id := range uint64(100) {
 		if err := s.Put(id, bytes.Repeat([]byte{byte(id)}, int(id)*100)); err != nil {
 			t.Fatal(err)
@@ -55,7 +55,7 @@ func TestPutGetDelete(t *testing.T) {
 
 func TestOpenWipesOnlySpillDirs(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "spill")
-	s := open(t, dir)
+	s := openT(t, dir)
 	if err := s.Put(1, []byte("x")); err != nil {
 		t.Fatal(err)
 	}
@@ -63,11 +63,18 @@ func TestOpenWipesOnlySpillDirs(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "stray"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := Open(dir, Options{}); !errors.Is(err, ErrLocked) {
+		t.Fatalf("second Open of an open directory: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "stray")); err != nil {
+		t.Fatal("a refused Open wiped the directory")
+	}
 	s.mu.Lock()
 	s.db.Close()
 	s.db = nil
+	s.lock.Close()
 	s.mu.Unlock()
-	s2 := open(t, dir)
+	s2 := openT(t, dir)
 	if n, err := s2.Len(); n != 0 || err != nil {
 		t.Fatalf("reopened spill holds %d values (%v)", n, err)
 	}
@@ -89,7 +96,7 @@ func TestOpenWipesOnlySpillDirs(t *testing.T) {
 
 func TestClosed(t *testing.T) {
 	dir := t.TempDir()
-	s := open(t, dir)
+	s := openT(t, dir)
 	if err := s.Put(1, []byte("x")); err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +110,7 @@ func TestClosed(t *testing.T) {
 		t.Fatalf("Put after Close: %v", err)
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
-		t.Fatalf("Close left %d files", len(ents))
+		t.Fatalf("Close left %v", ents)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
@@ -132,7 +139,7 @@ func chunk(key uint64, n int) *reverbpb.ChunkData {
 func TestChunkStoreOverPebble(t *testing.T) {
 	for _, mode := range []chunkstore.Mode{chunkstore.Hybrid, chunkstore.Disk} {
 		t.Run(mode.String(), func(t *testing.T) {
-			sp := open(t, t.TempDir())
+			sp := openT(t, t.TempDir())
 			const n, size = 200, 10 << 10
 			cs, err := chunkstore.NewTiered(chunkstore.Options{Mode: mode, MemoryLimit: n * size / 10, Spill: sp})
 			if err != nil {
@@ -174,7 +181,7 @@ func TestChunkStoreOverPebble(t *testing.T) {
 func BenchmarkColdRead(b *testing.B) {
 	for _, size := range []int{400, 40 << 10, 400 << 10} {
 		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) {
-			sp := open(b, b.TempDir())
+			sp := openT(b, b.TempDir())
 			cs, err := chunkstore.NewTiered(chunkstore.Options{Mode: chunkstore.Hybrid, MemoryLimit: 1, Spill: sp})
 			if err != nil {
 				b.Fatal(err)
