@@ -469,7 +469,7 @@ func TestLoadConfigFileBad(t *testing.T) {
 		{"yaml syntax", "a.yaml", "tables:\n  - name: [\n", []string{"line "}},
 		{"yaml two documents", "a.yaml", goodYAML + "---\n" + goodYAML, []string{"more than one YAML document"}},
 		{"yaml not a mapping", "a.yaml", "- 1\n- 2\n", []string{"the document must be a mapping, got a list (line 1)"}},
-		{"yaml unknown top key", "a.yaml", goodYAML + "prot: 1\n", []string{`prot: unknown key "prot"; want one of port, listen, checkpoint_dir, tables (line 3)`}},
+		{"yaml unknown top key", "a.yaml", goodYAML + "prot: 1\n", []string{`prot: unknown key "prot"; want one of port, listen, checkpoint_dir, tables, storage (line 3)`}},
 		{"yaml unknown table key", "a.yaml", y(okY + "    rate_limter: {min_size: 1}\n"), []string{`tables[1].rate_limter: unknown key "rate_limter"; want one of name, sampler`, "(line 7)"}},
 		{"yaml duplicate key", "a.yaml", y(okY + "    max_size: 11\n    rate_limiter: {min_size: 1}\n"), []string{`tables[1].max_size: duplicate key (first at line 6) (line 7)`}},
 		{"yaml tables mapping", "a.yaml", "tables:\n  a: 1\n", []string{"tables: must be a list of tables, got a mapping (line 2)"}},
@@ -627,7 +627,7 @@ func TestLoadConfigFileErrorFormat(t *testing.T) {
 		t.Fatal("no error")
 	}
 	for _, w := range []string{
-		"config " + path + `: prot: unknown key "prot"; want one of port, listen, checkpoint_dir, tables (line 1)`,
+		"config " + path + `: prot: unknown key "prot"; want one of port, listen, checkpoint_dir, tables, storage (line 1)`,
 		"config " + path + `: tables[0].size: unknown key "size"; want one of name, sampler, remover, max_size, max_times_sampled, rate_limiter, queue, stack, signature (line 3)`,
 	} {
 		if !strings.Contains(err.Error(), w) {
