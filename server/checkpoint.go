@@ -175,7 +175,12 @@ func (s *Server) writeCheckpoint(ctx context.Context) (string, error) {
 		for it := range sn.Items() {
 			for _, c := range it.Chunks {
 				if !w.HasChunk(c.Key()) {
-					w.Chunk(c.Data())
+					data, err := c.Data()
+					if err != nil {
+						w.Abort()
+						return "", fmt.Errorf("table %q, item %d: %w", st.Name(), it.Key, err)
+					}
+					w.Chunk(data)
 					chunkBytes += int64(c.Size())
 				}
 			}

@@ -59,6 +59,10 @@ type Config struct {
 	// Snapshots copies checkpoints to object storage and restores from
 	// there at start. The zero value keeps no remote snapshots.
 	Snapshots SnapshotConfig
+
+	// Storage says where chunk data lives; the zero value keeps it all in
+	// memory. See storage.go.
+	Storage StorageConfig
 }
 
 // WALConfig configures the write-ahead log. Durable mode needs
@@ -229,9 +233,12 @@ func (c *Config) Validate() error {
 		if c.CheckpointDir == "" {
 			return fmt.Errorf("%w: wal: durable mode needs checkpoint_dir, where the server checkpoints to cut the log", ErrInvalidConfig)
 		}
-		}
+	}
 	if err := c.Snapshots.validate(c); err != nil {
 		return err
+	}
+	if err := c.Storage.validate(); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
 	return nil
 }

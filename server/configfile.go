@@ -528,9 +528,12 @@ type yamlFile struct {
 
 	// Remote snapshots (configfile_snapshots.go).
 	RemoteSnapshots yaml.Node `yaml:"remote_snapshots"`
+
+	// Storage tiers (storage.go).
+	Storage yaml.Node `yaml:"storage"`
 }
 
-const yamlTopKeys = "port, listen, checkpoint_dir, tables, wal, remote_snapshots"
+const yamlTopKeys = "port, listen, checkpoint_dir, tables, wal, remote_snapshots, storage"
 
 // yamlTable is one entry of tables.
 type yamlTable struct {
@@ -602,6 +605,13 @@ func (p *cfgParser) parseYAML(data []byte, cfg *Config) error {
 	}
 	if err := p.yamlRemoteSnapshots(&f.RemoteSnapshots, cfg); err != nil {
 		return err
+	}
+	if !yamlAbsent(&f.Storage) {
+		sc, err := p.yamlStorage(&f.Storage)
+		if err != nil {
+			return err
+		}
+		cfg.Storage = sc
 	}
 	// The nodes of the tables, for their lines.
 	var root yaml.Node

@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/reverie-rl/reverie/internal/checkpoint"
+	"github.com/reverie-rl/reverie/internal/chunkstore"
 	"github.com/reverie-rl/reverie/internal/table"
 	"github.com/reverie-rl/reverie/internal/wal"
 	"google.golang.org/grpc/codes"
@@ -63,13 +64,15 @@ func toStatus(err error) error {
 		code = codes.InvalidArgument
 	case errors.Is(err, ErrChunkNotHeld), errors.Is(err, ErrNoCheckpointDir):
 		code = codes.FailedPrecondition
-	case errors.Is(err, table.ErrClosed), errors.Is(err, errShuttingDown), errors.Is(err, wal.ErrClosed):
+	case errors.Is(err, table.ErrClosed), errors.Is(err, errShuttingDown), errors.Is(err, wal.ErrClosed), errors.Is(err, chunkstore.ErrClosed):
 		// Clients retry UNAVAILABLE: writers re-send unconfirmed items.
 		code = codes.Unavailable
 	case errors.Is(err, ErrSnapshotUpload):
 		// The bucket may be back when the call is made again.
 		code = codes.Unavailable
 	default:
+		// Including chunkstore.ErrRead (the spill failed a read: the
+		// message names the chunk) and chunkstore.ErrReleased (a bug).
 		code = codes.Internal
 	}
 	return status.Error(code, err.Error())

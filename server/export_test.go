@@ -26,3 +26,7 @@ func CheckpointWaiters(s *Server) int {
 // CheckpointCancelled is closed once s abandons checkpoints being written
 // (Close, or a Shutdown whose context ended).
 func CheckpointCancelled(s *Server) <-chan struct{} { return s.bgCtx.Done() }
+
+// CloseSpill closes s's spill under its chunk store, so that cold reads
+// fail as a broken disk would make them.
+func CloseSpill(s *Server) error { return s.storage.spill.Close() }

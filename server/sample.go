@@ -81,9 +81,16 @@ func (s *Server) serveSampleRequest(ctx context.Context, req *reverbpb.SampleStr
 		// (times_sampled, a max_times_sampled delete) is on disk, so a
 		// crash cannot make a queue deliver an item twice.
 		if err := s.waitDurable(ctx); err != nil {
+			for i := range samples {
+				samples[i].Unpin()
+			}
 			return err
 		}
-		if err := sendSamples(t.Name(), samples, send); err != nil {
+		err = sendSamples(t.Name(), samples, send)
+		for i := range samples {
+			samples[i].Unpin()
+		}
+		if err != nil {
 			return err
 		}
 		remaining -= int64(len(samples))
@@ -95,7 +102,9 @@ func (s *Server) serveSampleRequest(ctx context.Context, req *reverbpb.SampleStr
 // sendSamples frames samples into responses: each sample's first entry
 // carries its info, its chunks follow in order, and the entry holding its
 // last chunk has end_of_sequence. A response is sent once its chunks pass
-// maxResponseChunkBytes; a chunk is never split.
+// maxResponseChunkBytes; a chunk is never split. A chunk whose data cannot
+// be read ends the request with an error naming it, after the responses
+// already sent.
 func sendSamples(tableName string, samples []table.Sampled, send func(*reverbpb.SampleStreamResponse) error) error {
 	resp := &reverbpb.SampleStreamResponse{}
 	size := 0
@@ -112,7 +121,11 @@ func sendSamples(tableName string, samples []table.Sampled, send func(*reverbpb.
 		entry := &reverbpb.SampleStreamResponse_SampleEntry{Info: sampleInfo(tableName, sm)}
 		resp.Entries = append(resp.Entries, entry)
 		for j, c := range sm.Item.Chunks {
-			entry.Data = append(entry.Data, c.Data())
+			data, err := c.Data()
+			if err != nil {
+				return fmt.Errorf("sampling item %d of table %q: %w", sm.Item.Key, tableName, err)
+			}
+			entry.Data = append(entry.Data, data)
 			size += c.Size()
 			if size >= maxResponseChunkBytes && j < len(sm.Item.Chunks)-1 {
 				if err := flush(); err != nil {

@@ -46,11 +46,14 @@ type Server struct {
 	log     *slog.Logger
 	cfg     Config
 	chunks  *chunkstore.Store
-	tables  map[string]*serverTable // fixed after New
-	names   []string                // sorted table names
-	stateID *reverbpb.Uint128
-	grpc    *grpc.Server
-	health  *health.Server
+	storage *storage // owns chunks; closed once, after the handlers end
+	// storageClosed makes closing storage idempotent.
+	storageClosed sync.Once
+	tables        map[string]*serverTable // fixed after New
+	names         []string                // sorted table names
+	stateID       *reverbpb.Uint128
+	grpc          *grpc.Server
+	health        *health.Server
 
 	closing   chan struct{} // closed when draining starts
 	closeOnce sync.Once
@@ -93,7 +96,6 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		log:     cfg.Logger,
 		cfg:     cfg,
-		chunks:  chunkstore.New(),
 		tables:  make(map[string]*serverTable, len(cfg.Tables)),
 		stateID: newStateID(),
 		closing: make(chan struct{}),
@@ -120,16 +122,24 @@ func New(cfg Config) (*Server, error) {
 		}
 		s.ckptRoot = abs
 	}
+	st, err := openStorage(cfg, s.ckptRoot, s.log)
+	if err != nil {
+		return nil, err
+	}
+	s.storage, s.chunks = st, st.chunks
 	if err := s.openSnapshots(); err != nil {
+		st.close()
 		return nil, err
 	}
 	mark, err := s.restoreAtStart()
 	if err != nil {
 		s.closeRemote()
+		s.closeStorage()
 		return nil, err
 	}
 	if err := s.recoverWAL(mark); err != nil {
 		s.closeRemote()
+		s.closeStorage()
 		return nil, fmt.Errorf("%w: %w", ErrRestore, err)
 	}
 	s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
@@ -261,14 +271,26 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	select {
 	case <-done:
 		s.closeRemote()
+		s.closeStorage()
 		return nil
 	case <-ctx.Done():
 		s.bgCancel()
 		s.grpc.Stop()
 		<-done
 		s.closeRemote()
+		s.closeStorage()
 		return ctx.Err()
 	}
+}
+
+// closeStorage closes the chunk store and its spill once no handler or
+// checkpoint can read them.
+func (s *Server) closeStorage() {
+	s.storageClosed.Do(func() {
+		if err := s.storage.close(); err != nil {
+			s.log.Warn("closing chunk storage", "err", err)
+		}
+	})
 }
 
 // Close stops the server at once, cancelling every open stream and
@@ -280,6 +302,7 @@ func (s *Server) Close() error {
 	s.bg.Wait()
 	s.closeWAL()
 	s.closeRemote()
+	s.closeStorage()
 	return nil
 }
 

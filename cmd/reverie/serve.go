@@ -33,6 +33,10 @@ func runServe(args []string) int {
 	snapURL := fs.String("snapshot-url", "", "bucket URL for remote snapshots (file://, s3:// or gs://, optional ?prefix=dir/); each checkpoint is also uploaded there, and at start the newest snapshot is restored if it is newer than the newest local checkpoint; requires --checkpoint-dir or checkpoint_dir (overrides the config's remote_snapshots.url)")
 	snapInterval := fs.Duration("snapshot-interval", 0, "take and upload a checkpoint this often, e.g. 10m (overrides the config's remote_snapshots.interval; default none: only Checkpoint calls upload)")
 	snapKeep := fs.Int("snapshot-keep", 0, fmt.Sprintf("remote snapshots to keep (overrides the config's remote_snapshots.keep; default %d)", server.DefaultSnapshotKeep))
+	// Storage (overrides the config's storage block field by field).
+	storageMode := fs.String("storage-mode", "", "where chunk data lives: memory (default), hybrid (memory up to --memory-limit-bytes, then disk) or disk")
+	memoryLimit := fs.Int64("memory-limit-bytes", -1, "chunk data held in memory in hybrid and disk modes (disk mode default: 64 MiB)")
+	storageDir := fs.String("storage-dir", "", "spill directory of hybrid and disk modes, wiped at start (default: spill/ under the checkpoint dir, else a temporary directory)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -82,6 +86,20 @@ func runServe(args []string) int {
 		cfg.Snapshots.Keep = *snapKeep
 	}
 	cfg.Logger = log
+	if *storageMode != "" {
+		cfg.Storage.Mode = server.StorageMode(*storageMode)
+	}
+	if *memoryLimit >= 0 {
+		cfg.Storage.MemoryLimitBytes = *memoryLimit
+	}
+	if *storageDir != "" {
+		cfg.Storage.Dir = *storageDir
+	}
+	if lim := server.GoMemoryLimit(cfg); lim > 0 && cfg.Validate() == nil {
+		// Keep the Go heap near the chunk data limit rather than letting
+		// it grow to twice the live heap (GOGC); GOMEMLIMIT overrides.
+		log.Info("go memory limit", "bytes", server.SetGoMemoryLimit(cfg))
+	}
 
 	srv, err := server.New(cfg)
 	if errors.Is(err, server.ErrRestore) {

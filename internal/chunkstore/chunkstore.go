@@ -1,22 +1,23 @@
-// Package chunkstore holds the chunks that table items reference.
-//
-// A chunk is a block of compressed, client-encoded episode steps. The store
-// never looks inside the tensors: it keeps each ChunkData as it arrived and
-// hands it back for samples. Chunks are reference-counted. An insert stream
-// holds one reference to each chunk it keeps for its writer, every item
-// holds one reference to each chunk it names, and the chunk leaves the store
-// when the last reference is dropped. Chunks with the same key are shared
-// across streams, items and tables.
-//
-// Store and Chunk are safe for concurrent use.
 package chunkstore
 
 import (
+	"errors"
 	"sync"
 	"sync/atomic"
 
 	"github.com/reverie-rl/reverie/api/reverbpb"
 	"google.golang.org/protobuf/proto"
+)
+
+// Errors of the tiered modes; Chunk.Data wraps them with the chunk key.
+var (
+	// ErrRead: the chunk's data could not be read back from the spill.
+	ErrRead = errors.New("chunkstore: cannot read chunk data")
+	// ErrClosed: the store was closed.
+	ErrClosed = errors.New("chunkstore: closed")
+	// ErrReleased: the chunk's last reference was dropped before the read;
+	// its data is gone. A caller that sees it failed to Pin the chunk.
+	ErrReleased = errors.New("chunkstore: chunk released")
 )
 
 const numShards = 64
@@ -26,6 +27,7 @@ type Store struct {
 	shards [numShards]shard
 	count  atomic.Int64
 	bytes  atomic.Int64
+	tier   *tier // nil in memory mode
 }
 
 type shard struct {
@@ -33,7 +35,7 @@ type shard struct {
 	m  map[uint64]*Chunk // guarded by mu
 }
 
-// New returns an empty store.
+// New returns an empty store that keeps every chunk in memory.
 func New() *Store {
 	s := &Store{}
 	for i := range s.shards {
@@ -52,7 +54,13 @@ func (s *Store) shard(key uint64) *shard {
 // owned by the caller. If a live chunk with the same key is already held,
 // that chunk is returned instead (with a new reference) and data is dropped:
 // the first copy wins, as on a Reverb insert stream.
+//
+// A tiered store keeps its own encoding of data, never data itself, so the
+// caller's message (and any buffer it aliases) can be collected.
 func (s *Store) Insert(data *reverbpb.ChunkData) *Chunk {
+	if s.tier != nil {
+		return s.insertTiered(data)
+	}
 	key := data.GetChunkKey()
 	sh := s.shard(key)
 	sh.mu.Lock()
@@ -60,12 +68,62 @@ func (s *Store) Insert(data *reverbpb.ChunkData) *Chunk {
 	if c, ok := sh.m[key]; ok && c.tryRef() {
 		return c
 	}
-	c := &Chunk{data: data, size: proto.Size(data), store: s}
+	c := &Chunk{data: data, key: key, size: proto.Size(data), store: s}
 	c.refs.Store(1)
 	sh.m[key] = c
 	s.count.Add(1)
 	s.bytes.Add(int64(c.size))
 	return c
+}
+
+func (s *Store) insertTiered(data *reverbpb.ChunkData) *Chunk {
+	key := data.GetChunkKey()
+	if c := s.Get(key); c != nil {
+		return c // skip the encoding of a copy that will be dropped
+	}
+	// Encode before publishing: a chunk others can Get has its data.
+	buf, err := proto.MarshalOptions{Deterministic: true}.Marshal(data)
+	if err != nil {
+		// Messages that came off the wire or out of a checkpoint always
+		// encode; anything else is a bug in the caller.
+		panic("chunkstore: cannot encode chunk: " + err.Error())
+	}
+	c := &Chunk{
+		key:     key,
+		episode: data.GetSequenceRange().GetEpisodeId(),
+		rows:    rowsOf(data),
+		size:    len(buf),
+		store:   s,
+		id:      s.tier.nextID.Add(1),
+		buf:     buf,
+	}
+	c.refs.Store(1)
+	sh := s.shard(key)
+	sh.mu.Lock()
+	if old, ok := sh.m[key]; ok && old.tryRef() {
+		sh.mu.Unlock()
+		return old // lost a race with another insert of the key
+	}
+	sh.m[key] = c
+	sh.mu.Unlock()
+	s.count.Add(1)
+	s.bytes.Add(int64(c.size))
+	s.tier.add(c)
+	return c
+}
+
+// rowsOf lists the leading dimension of each tensor, or -1 where the shape
+// does not say.
+func rowsOf(data *reverbpb.ChunkData) []int64 {
+	ts := data.GetData().GetTensors()
+	rows := make([]int64, len(ts))
+	for i, t := range ts {
+		rows[i] = -1
+		if dims := t.GetTensorShape().GetDim(); len(dims) > 0 && dims[0].GetSize() >= 0 {
+			rows[i] = dims[0].GetSize()
+		}
+	}
+	return rows
 }
 
 // Get returns the live chunk with key, with one new reference owned by the
@@ -86,43 +144,96 @@ func (s *Store) Len() int { return int(s.count.Load()) }
 // Bytes is the encoded size of the live chunks.
 func (s *Store) Bytes() int64 { return s.bytes.Load() }
 
+// Close stops a tiered store: later reads of spilled data fail with
+// ErrClosed, and the goroutine that deletes released chunks from the spill
+// finishes its work and exits. It does not close the spill. Close is
+// idempotent; in memory mode it does nothing.
+func (s *Store) Close() error {
+	if s.tier == nil {
+		return nil
+	}
+	return s.tier.close()
+}
+
 func (s *Store) release(c *Chunk) {
 	s.count.Add(-1)
 	s.bytes.Add(-int64(c.size))
-	sh := s.shard(c.Key())
+	sh := s.shard(c.key)
 	sh.mu.Lock()
-	if sh.m[c.Key()] == c {
-		delete(sh.m, c.Key())
+	if sh.m[c.key] == c {
+		delete(sh.m, c.key)
 	}
 	sh.mu.Unlock()
+	if s.tier != nil {
+		s.tier.release(c)
+	}
 }
 
 // Chunk is one stored chunk.
 type Chunk struct {
-	data  *reverbpb.ChunkData
+	key   uint64
 	size  int
 	store *Store
 	refs  atomic.Int32
+
+	// data is the chunk as received; memory mode only.
+	data *reverbpb.ChunkData
+
+	// Tiered mode only. The metadata never changes.
+	episode uint64
+	rows    []int64 // leading dimension of each tensor, -1 if unknown
+	id      uint64  // the spill key: unique in the store, never reused
+
+	// Guarded by store.tier.mu.
+	buf        []byte // encoded data when in memory, else nil
+	prev, next *Chunk // links in the LRU list; nil when not in it
+	onDisk     bool   // the spill holds the data
+	spilling   bool   // being written to the spill, buf still set
+	released   bool   // the last reference was dropped
 }
 
 // Key is the client-chosen chunk key.
-func (c *Chunk) Key() uint64 { return c.data.GetChunkKey() }
+func (c *Chunk) Key() uint64 { return c.key }
 
-// Data is the chunk as received. Callers must not modify it.
-func (c *Chunk) Data() *reverbpb.ChunkData { return c.data }
+// Data returns the chunk as received. Callers must not modify it. In memory
+// mode it never fails. In the tiered modes it decodes a fresh message on
+// each call, reading the spill if the data is not in memory; errors wrap
+// ErrRead, ErrClosed or ErrReleased and name the chunk key.
+func (c *Chunk) Data() (*reverbpb.ChunkData, error) {
+	if c.store.tier == nil {
+		return c.data, nil
+	}
+	return c.store.tier.data(c)
+}
 
 // Size is the encoded size of the chunk in bytes.
 func (c *Chunk) Size() int { return c.size }
 
 // EpisodeID is the episode the chunk's rows belong to.
-func (c *Chunk) EpisodeID() uint64 { return c.data.GetSequenceRange().GetEpisodeId() }
+func (c *Chunk) EpisodeID() uint64 {
+	if c.store.tier == nil {
+		return c.data.GetSequenceRange().GetEpisodeId()
+	}
+	return c.episode
+}
 
 // NumTensors is the number of column tensors in the chunk.
-func (c *Chunk) NumTensors() int { return len(c.data.GetData().GetTensors()) }
+func (c *Chunk) NumTensors() int {
+	if c.store.tier == nil {
+		return len(c.data.GetData().GetTensors())
+	}
+	return len(c.rows)
+}
 
 // Rows returns the number of rows (the leading dimension) of tensor i, and
 // false when there is no such tensor or its shape does not say.
 func (c *Chunk) Rows(i int) (int64, bool) {
+	if c.store.tier != nil {
+		if i < 0 || i >= len(c.rows) || c.rows[i] < 0 {
+			return 0, false
+		}
+		return c.rows[i], true
+	}
 	ts := c.data.GetData().GetTensors()
 	if i < 0 || i >= len(ts) {
 		return 0, false
@@ -151,6 +262,24 @@ func (c *Chunk) Unref() {
 		c.store.release(c)
 	case n < 0:
 		panic("chunkstore: Unref of a released chunk")
+	}
+}
+
+// Pin keeps the chunk's data readable until Unpin, even if every other
+// reference is dropped meanwhile. The caller must hold a reference (or a
+// lock under which one is held) when it pins. In memory mode the data stays
+// reachable through the pointer, so Pin and Unpin do nothing; in the tiered
+// modes they add and drop a reference.
+func (c *Chunk) Pin() {
+	if c.store.tier != nil {
+		c.Ref()
+	}
+}
+
+// Unpin undoes Pin.
+func (c *Chunk) Unpin() {
+	if c.store.tier != nil {
+		c.Unref()
 	}
 }
 

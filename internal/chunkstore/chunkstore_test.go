@@ -11,8 +11,9 @@ func chunk(key uint64) *reverbpb.ChunkData {
 	return &reverbpb.ChunkData{ChunkKey: key, SequenceRange: &reverbpb.SequenceRange{EpisodeId: key % 3}}
 }
 
-func TestRefCounting(t *testing.T) {
-	s := New()
+func TestRefCounting(t *testing.T) { forEachMode(t, testRefCounting) }
+
+func testRefCounting(t *testing.T, s *Store) {
 	a := s.Insert(chunk(1))
 	if s.Len() != 1 || s.Bytes() != int64(a.Size()) || a.Refs() != 1 {
 		t.Fatalf("after insert: len %d bytes %d refs %d", s.Len(), s.Bytes(), a.Refs())
@@ -21,7 +22,7 @@ func TestRefCounting(t *testing.T) {
 	second := chunk(1)
 	second.DeltaEncoded = true
 	b := s.Insert(second)
-	if b != a || a.Refs() != 2 || a.Data().GetDeltaEncoded() {
+	if b != a || a.Refs() != 2 || mustData(t, a).GetDeltaEncoded() {
 		t.Fatalf("same key: got a new chunk or the second copy")
 	}
 	if g := s.Get(1); g != a || a.Refs() != 3 {
@@ -59,8 +60,9 @@ func TestUnrefOfReleasedChunkPanics(t *testing.T) {
 // TestConcurrentSharing races inserts of the same keys against releases;
 // run with -race. Whatever the interleaving, every reference is accounted
 // for and the store ends empty.
-func TestConcurrentSharing(t *testing.T) {
-	s := New()
+func TestConcurrentSharing(t *testing.T) { forEachMode(t, testConcurrentSharing) }
+
+func testConcurrentSharing(t *testing.T, s *Store) {
 	var wg sync.WaitGroup
 	for g := 0; g < 8; g++ {
 		wg.Add(1)

@@ -74,7 +74,7 @@ func CheckURL(rawURL string) error {
 		return fmt.Errorf("%w: %v", ErrBadURL, err)
 	}
 	if u.Scheme == "gs" && !gcsLinked {
-		return fmt.Errorf("%w: %s: this binary was built without gs:// support (build tag nogcs)", ErrBadURL, u.Redacted())
+		return fmt.Errorf("%w: %s: this binary was built without gs:// support: rebuild with -tags gcs", ErrBadURL, u.Redacted())
 	}
 	if !slices.Contains(Schemes, u.Scheme) {
 		return fmt.Errorf("%w: %s: scheme %q is not supported; want one of %s://", ErrBadURL,

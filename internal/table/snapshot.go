@@ -6,6 +6,8 @@ import (
 	"iter"
 	"slices"
 	"time"
+
+	"github.com/reverie-rl/reverie/internal/chunkstore"
 )
 
 // ErrSnapshotInProgress is returned by BeginSnapshots for a table that
@@ -26,7 +28,8 @@ var ErrSnapshotInProgress = errors.New("table: snapshot in progress")
 //
 // A copy is shallow: items point to trajectories and chunks that never
 // change, and the snapshot keeps them reachable (through Go's collector,
-// without chunk references) after the table lets them go. So the image is
+// without chunk references) after the table lets them go; chunks of a
+// tiered store, whose data would be deleted, stay pinned until Release. So the image is
 // the table exactly as it was at BeginSnapshots, at the cost of one copy
 // of the item headers and lock holds of one page copy each.
 type Snapshot struct {
@@ -37,6 +40,7 @@ type Snapshot struct {
 	Info Info
 	// Stats describes the copying; complete after Capture.
 	Stats SnapshotStats
+	live  bool // counted in the table's liveSnapshots until Release
 }
 
 // SnapshotStats describes the cost of a snapshot.
@@ -94,7 +98,8 @@ func BeginSnapshotsAt(at func(), ts ...*Table) ([]*Snapshot, error) {
 	}
 	out := make([]*Snapshot, len(ts))
 	for i, t := range ts {
-		out[i] = &Snapshot{t: t, snap: t.mu.items.installSnapshot(), Info: t.infoLocked()}
+		out[i] = &Snapshot{t: t, snap: t.mu.items.installSnapshot(), Info: t.infoLocked(), live: true}
+		t.mu.liveSnapshots++
 		if t.hooks.onSnapshot != nil {
 			t.hooks.onSnapshot()
 		}
@@ -189,9 +194,25 @@ func (s *Snapshot) Items() iter.Seq[*Item] {
 	}
 }
 
-// Release drops the snapshot's copy of the items. It is needed only to let
-// the memory go before the Snapshot itself becomes unreachable.
+// Release drops the snapshot's copy of the items, and the pins that kept
+// the data of chunks of items deleted since the snapshot readable. It must
+// be called once the items were read; calling it again does nothing.
 func (s *Snapshot) Release() {
 	s.Capture()
 	s.snap = nil
+	if !s.live {
+		return
+	}
+	s.live = false
+	t := s.t
+	t.mu.Lock()
+	t.mu.liveSnapshots--
+	var pinned []*chunkstore.Chunk
+	if t.mu.liveSnapshots == 0 {
+		pinned, t.mu.pinned = t.mu.pinned, nil
+	}
+	t.mu.Unlock()
+	for _, c := range pinned {
+		c.Unpin()
+	}
 }

@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/reverie-rl/reverie/internal/chunkstore"
 	"github.com/reverie-rl/reverie/internal/ratelimit"
 	"github.com/reverie-rl/reverie/selector"
 )
@@ -55,7 +56,8 @@ type Config struct {
 
 // Sampled is one item as a sample returns it: a copy of the item's fields
 // at sampling time, and the chunks it references. Chunk data is immutable,
-// so it stays valid after the item leaves the table.
+// and the sample pins the chunks (see chunkstore.Chunk.Pin), so their data
+// stays readable after the item leaves the table, until Unpin.
 type Sampled struct {
 	Item        Item
 	Probability float64
@@ -63,6 +65,14 @@ type Sampled struct {
 	TableSize int64
 	// RateLimited reports that the sample had to wait for the rate limiter.
 	RateLimited bool
+}
+
+// Unpin drops the sample's pins on its chunks. Call it once the chunks'
+// data was read (or will not be).
+func (s *Sampled) Unpin() {
+	for _, c := range s.Item.Chunks {
+		c.Unpin()
+	}
 }
 
 // KeyPriority is a priority update.
@@ -94,6 +104,11 @@ type Table struct {
 		restoring          bool   // between BeginRestore and FinishRestore
 		inserts            waitQueue[*insertWaiter]
 		samples            waitQueue[*sampleWaiter]
+		// liveSnapshots counts snapshots begun and not yet released; while
+		// there are any, pinned holds the chunks of items dropped since,
+		// which a snapshot may still show.
+		liveSnapshots int
+		pinned        []*chunkstore.Chunk
 	}
 
 	// hooks lets tests of this package observe snapshots at exact points.
@@ -287,6 +302,9 @@ func (t *Table) sampleLocked(out []Sampled, n int, rateLimited bool) []Sampled {
 			t.mu.numUniqueSamples++
 		}
 		t.mu.limiter.Sample()
+		for _, c := range item.Chunks {
+			c.Pin()
+		}
 		out = append(out, Sampled{
 			Item:        *item,
 			Probability: choice.Probability,
@@ -301,6 +319,21 @@ func (t *Table) sampleLocked(out []Sampled, n int, rateLimited bool) []Sampled {
 		}
 	}
 	return out
+}
+
+// dropChunksLocked drops an item's references to its chunks. While a
+// snapshot is live it may still show the item, so the chunks stay pinned
+// until the last live snapshot is released.
+func (t *Table) dropChunksLocked(cs []*chunkstore.Chunk) {
+	if t.mu.liveSnapshots > 0 {
+		for _, c := range cs {
+			c.Pin()
+		}
+		t.mu.pinned = append(t.mu.pinned, cs...)
+	}
+	for _, c := range cs {
+		c.Unref()
+	}
 }
 
 // applyInsertLocked puts item in the table. The rate limiter has admitted it.
@@ -375,9 +408,7 @@ func (t *Table) deleteLocked(slot selector.Slot) {
 	for _, e := range t.exts {
 		e.OnDelete(item)
 	}
-	for _, c := range item.Chunks {
-		c.Unref()
-	}
+	t.dropChunksLocked(item.Chunks)
 	t.mu.items.release(slot)
 }
 
@@ -451,9 +482,7 @@ func (t *Table) Reset() error {
 		return ErrClosed
 	}
 	t.mu.keys.all(func(_ uint64, slot selector.Slot) {
-		for _, c := range t.mu.items.at(slot).Chunks {
-			c.Unref()
-		}
+		t.dropChunksLocked(t.mu.items.at(slot).Chunks)
 	})
 	t.mu.keys.reset()
 	t.mu.items.reset() // completes an installed snapshot first

@@ -192,7 +192,10 @@ func appendRecord(b []byte, lsn uint64, e *entry) ([]byte, error) {
 	var err error
 	switch e.op {
 	case OpChunk:
-		b, err = proto.MarshalOptions{}.MarshalAppend(b, e.chunk.Data())
+		var data *reverbpb.ChunkData
+		if data, err = e.chunk.Data(); err == nil {
+			b, err = proto.MarshalOptions{}.MarshalAppend(b, data)
+		}
 	case OpInsert:
 		b = appendTable(b, e.table)
 		b = binary.LittleEndian.AppendUint64(b, e.key)

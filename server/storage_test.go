@@ -1,0 +1,155 @@
+package server_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/reverie-rl/reverie/api/reverbpb"
+	"github.com/reverie-rl/reverie/server"
+	"github.com/reverie-rl/reverie/server/servertest"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+)
+
+// bigChunk is chunk(key, key, rows) with payload bytes that depend on key,
+// so that a mixed-up read shows.
+func bigChunk(key uint64, rows int) *reverbpb.ChunkData {
+	c := chunk(key, key, rows)
+	b := c.Data.Tensors[0].TensorContent
+	for i := range b {
+		b[i] = byte(key*131 + uint64(i)*7)
+	}
+	return c
+}
+
+// insertBig inserts n chunks of rows rows, one item per chunk, into table.
+func insertBig(t *testing.T, c reverbpb.ReverbServiceClient, table string, n, rows int) {
+	t.Helper()
+	var reqs []*reverbpb.InsertStreamRequest
+	for k := 1; k <= n; k++ {
+		reqs = append(reqs, &reverbpb.InsertStreamRequest{
+			Chunks: []*reverbpb.ChunkData{bigChunk(uint64(k), rows)},
+			Items:  []*reverbpb.PrioritizedItem{item(uint64(k), table, 1, uint64(k), 0, int32(rows))},
+		})
+	}
+	keys, err := insertAll(ctxT(t), c, reqs...)
+	if err != nil || len(keys) != n {
+		t.Fatalf("insert: %d confirmed, %v", len(keys), err)
+	}
+}
+
+// TestHybridSamplesEverything inserts ten times the memory limit into a
+// queue and samples it all back: every chunk comes back byte for byte,
+// most of them read from disk, and the store ends empty.
+func TestHybridSamplesEverything(t *testing.T) {
+	for _, mode := range []server.StorageMode{server.StorageHybrid, server.StorageDisk} {
+		t.Run(string(mode), func(t *testing.T) {
+			const n, rows = 200, 5000 // 20 kB chunks, 4 MB in all
+			limit := int64(n * rows * 4 / 10)
+			cfg := testConfig(server.QueueTable("q", n))
+			cfg.Storage = server.StorageConfig{Mode: mode, MemoryLimitBytes: limit, Dir: filepath.Join(t.TempDir(), "spill")}
+			s := servertest.Start(t, cfg)
+			insertBig(t, s.Client, "q", n, rows)
+			if st := s.StorageStats(); st.MemoryBytes > limit || st.Spills < n*8/10 {
+				t.Fatalf("after insert: %+v (limit %d)", st, limit)
+			}
+			entries, err := sampleN(ctxT(t), s.Client, "q", n, 1000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen := 0
+			for _, e := range entries {
+				for _, d := range e.GetData() {
+					if !proto.Equal(d, bigChunk(d.GetChunkKey(), rows)) {
+						t.Fatalf("chunk %d came back different", d.GetChunkKey())
+					}
+					seen++
+				}
+			}
+			if seen != n {
+				t.Fatalf("sampled %d chunks, want %d", seen, n)
+			}
+			if st := s.StorageStats(); st.ColdReads < n*8/10 || st.ReadErrors != 0 {
+				t.Fatalf("after sampling: %+v", st)
+			}
+			// The queue let every item go; the sample's pins go once the
+			// responses are sent.
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+				if c, _ := s.ChunkStoreStats(); c == 0 && s.StorageStats().MemoryBytes == 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					c, _ := s.ChunkStoreStats()
+					t.Fatalf("%d chunks still held, %+v", c, s.StorageStats())
+				}
+			}
+		})
+	}
+}
+
+// TestHybridFailedRead breaks the disk under a hybrid server: a sample of
+// a spilled chunk fails with INTERNAL naming the chunk, the server keeps
+// serving hot chunks, and a checkpoint fails cleanly.
+func TestHybridFailedRead(t *testing.T) {
+	const n, rows = 20, 2500 // 10 kB chunks
+	dir := t.TempDir()
+	cfg := testConfig(uniformTable("u", 100, server.MinSize(1)))
+	cfg.CheckpointDir = dir
+	cfg.Storage = server.StorageConfig{Mode: server.StorageHybrid, MemoryLimitBytes: 25 << 10}
+	s := servertest.Start(t, cfg)
+	if _, err := os.Stat(filepath.Join(dir, server.SpillDirName, "REVERIE_SPILL")); err != nil {
+		t.Fatalf("default spill dir: %v", err)
+	}
+	insertBig(t, s.Client, "u", n, rows)
+	if err := server.CloseSpill(s.Server); err != nil {
+		t.Fatal(err)
+	}
+	_, err := sampleN(ctxT(t), s.Client, "u", 200, 1000)
+	wantCode(t, err, codes.Internal, "cannot read chunk data: chunk ")
+	_, err = s.Client.Checkpoint(ctxT(t), &reverbpb.CheckpointRequest{})
+	wantCode(t, err, codes.Internal, "cannot read chunk data")
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if e.Name() != server.SpillDirName {
+			t.Errorf("failed checkpoint left %s", e.Name())
+		}
+	}
+}
+
+// TestHybridCheckpointRoundTrip checkpoints a hybrid server whose data is
+// mostly on disk and restores it into another hybrid server.
+func TestHybridCheckpointRoundTrip(t *testing.T) {
+	const n, rows = 50, 2500
+	dir := t.TempDir()
+	cfg := testConfig(uniformTable("u", 100, server.MinSize(1)))
+	cfg.CheckpointDir = dir
+	cfg.Storage = server.StorageConfig{Mode: server.StorageHybrid, MemoryLimitBytes: 50 << 10}
+	a := servertest.Start(t, cfg)
+	insertBig(t, a.Client, "u", n, rows)
+	if _, err := a.Client.Checkpoint(ctxT(t), &reverbpb.CheckpointRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	// Another server on the same directories cannot share the spill.
+	if _, err := server.New(cfg); err == nil || !strings.Contains(err.Error(), "in use by another server") {
+		t.Fatalf("second server on one spill directory: %v", err)
+	}
+	cfg.Storage.Dir = filepath.Join(t.TempDir(), "b")
+	b := servertest.Start(t, cfg) // restores the checkpoint
+	if c, _ := b.ChunkStoreStats(); c != n {
+		t.Fatalf("restored %d chunks, want %d", c, n)
+	}
+	entries, err := sampleN(ctxT(t), b.Client, "u", 3*n, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		for _, d := range e.GetData() {
+			if !proto.Equal(d, bigChunk(d.GetChunkKey(), rows)) {
+				t.Fatalf("chunk %d came back different", d.GetChunkKey())
+			}
+		}
+	}
+}
