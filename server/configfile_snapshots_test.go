@@ -24,8 +24,8 @@ func TestRemoteSnapshotsConfig(t *testing.T) {
   keep: 3
   timeout: 1h30m
 ` + tables, SnapshotConfig{URL: "s3://bucket?region=us-east-1&prefix=trial-7/", Interval: 10 * time.Minute, Keep: 3, Timeout: 90 * time.Minute}},
-		{"zeros", dir + "remote_snapshots: {url: 'gs://b', interval: 0, keep: 0, timeout: 0s}\n" + tables,
-			SnapshotConfig{URL: "gs://b"}},
+		{"zeros", dir + "remote_snapshots: {url: 's3://b?region=us-east-1', interval: 0, keep: 0, timeout: 0s}\n" + tables,
+			SnapshotConfig{URL: "s3://b?region=us-east-1"}},
 	}
 	for _, tt := range good {
 		t.Run(tt.name, func(t *testing.T) {
@@ -50,13 +50,13 @@ func TestRemoteSnapshotsConfig(t *testing.T) {
 		{"bad scheme", dir + "remote_snapshots: {url: 'https://example.com/b'}\n" + tables,
 			`remote_snapshots.url: remote: bad bucket URL: https://example.com/b: scheme "https" is not supported`},
 		{"bare path", dir + "remote_snapshots: {url: /srv/snap}\n" + tables, `scheme "" is not supported`},
-		{"interval number", dir + "remote_snapshots: {url: 'gs://b', interval: 600}\n" + tables,
+		{"interval number", dir + "remote_snapshots: {url: 's3://b?region=us-east-1', interval: 600}\n" + tables,
 			`remote_snapshots.interval: must be a duration such as "90s", "10m" or "1h", got "600" (line 2)`},
-		{"negative interval", dir + "remote_snapshots: {url: 'gs://b', interval: -1m}\n" + tables,
+		{"negative interval", dir + "remote_snapshots: {url: 's3://b?region=us-east-1', interval: -1m}\n" + tables,
 			"remote_snapshots.interval: must be >= 0, got -1m"},
-		{"negative keep", dir + "remote_snapshots: {url: 'gs://b', keep: -1}\n" + tables,
+		{"negative keep", dir + "remote_snapshots: {url: 's3://b?region=us-east-1', keep: -1}\n" + tables,
 			"remote_snapshots.keep: must be in [0, 1048576], got -1"},
-		{"fractional keep", dir + "remote_snapshots: {url: 'gs://b', keep: 1.5}\n" + tables,
+		{"fractional keep", dir + "remote_snapshots: {url: 's3://b?region=us-east-1', keep: 1.5}\n" + tables,
 			"remote_snapshots.keep: must be an integer"},
 		{"interval without url", dir + "remote_snapshots: {interval: 1m}\n" + tables,
 			"remote_snapshots.url: interval, keep or timeout is set but url is empty"},
@@ -89,7 +89,7 @@ func TestSnapshotConfigValidate(t *testing.T) {
 		{base(SnapshotConfig{URL: "file:///x", Interval: time.Minute, Keep: 1, Timeout: time.Minute}), ""},
 		{base(SnapshotConfig{URL: "file:///x", Timeout: -time.Second}), "remote_snapshots.timeout: must be >= 0"},
 		{base(SnapshotConfig{Keep: 3}), "url is empty"},
-		{func() Config { c := base(SnapshotConfig{URL: "gs://b"}); c.CheckpointDir = ""; return c }(), "requires checkpoint_dir"},
+		{func() Config { c := base(SnapshotConfig{URL: "s3://b?region=us-east-1"}); c.CheckpointDir = ""; return c }(), "requires checkpoint_dir"},
 	}
 	for _, tt := range tests {
 		err := tt.cfg.Validate()
