@@ -89,7 +89,11 @@ func TestSnapshotConfigValidate(t *testing.T) {
 		{base(SnapshotConfig{URL: "file:///x", Interval: time.Minute, Keep: 1, Timeout: time.Minute}), ""},
 		{base(SnapshotConfig{URL: "file:///x", Timeout: -time.Second}), "remote_snapshots.timeout: must be >= 0"},
 		{base(SnapshotConfig{Keep: 3}), "url is empty"},
-		{func() Config { c := base(SnapshotConfig{URL: "s3://b?region=us-east-1"}); c.CheckpointDir = ""; return c }(), "requires checkpoint_dir"},
+		{func() Config {
+			c := base(SnapshotConfig{URL: "s3://b?region=us-east-1"})
+			c.CheckpointDir = ""
+			return c
+		}(), "requires checkpoint_dir"},
 	}
 	for _, tt := range tests {
 		err := tt.cfg.Validate()
