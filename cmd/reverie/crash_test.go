@@ -36,23 +36,48 @@ tables:
     rate_limiter: {min_size: 1}
 `
 
-// ledger is what the clients know for sure: the items whose insert was
-// confirmed, with the priorities they may have now, and the keys whose
-// delete was acknowledged.
+// ledger is what the clients know for sure: for each item whose insert
+// was confirmed, the priorities it was acknowledged to have and when; the
+// updates and deletes in flight; and the acknowledged deletes.
 type ledger struct {
-	mu sync.Mutex
-	// prios lists the priorities an item may have: one once settled, two
-	// while an update is in flight (it may or may not have been applied).
-	prios       map[uint64][]float64
-	confirmedAt map[uint64]time.Time
-	deleted     map[uint64]bool
-	deleting    map[uint64]bool // delete in flight: present or not
-	killedAt    time.Time       // when the server was last killed
+	mu       sync.Mutex
+	hist     map[uint64][]acked // priorities acknowledged, oldest first
+	updating map[uint64]float64 // update in flight: applied or not
+	deleting map[uint64]bool    // delete in flight: applied or not
+	deleted  map[uint64]acked   // acknowledged deletes (priority: the last one)
+	total    int                // items ever confirmed
+	killedAt time.Time          // when the server was last killed
+}
+
+// acked is a priority and when the server acknowledged it.
+type acked struct {
+	prio float64
+	at   time.Time
 }
 
 func newLedger() *ledger {
-	return &ledger{prios: map[uint64][]float64{}, confirmedAt: map[uint64]time.Time{},
-		deleted: map[uint64]bool{}, deleting: map[uint64]bool{}}
+	return &ledger{hist: map[uint64][]acked{}, updating: map[uint64]float64{},
+		deleting: map[uint64]bool{}, deleted: map[uint64]acked{}}
+}
+
+// allowed lists the priorities item k may have after a crash that may
+// lose what was acknowledged after cutoff: the last value acknowledged at
+// or before cutoff, every later one, and one in flight. present reports
+// whether the item must be there at all (it was confirmed by cutoff).
+func (l *ledger) allowed(k uint64, cutoff time.Time) (prios []float64, present bool) {
+	h := l.hist[k]
+	for i, a := range h {
+		if !a.at.After(cutoff) && (i+1 == len(h) || h[i+1].at.After(cutoff)) {
+			present = true
+		}
+		if a.at.After(cutoff) || (i+1 < len(h) && h[i+1].at.After(cutoff)) || i+1 == len(h) {
+			prios = append(prios, a.prio)
+		}
+	}
+	if p, ok := l.updating[k]; ok {
+		prios = append(prios, p)
+	}
+	return prios, present
 }
 
 // crashLoad drives a server until ctx ends: writers inserting items whose
@@ -77,10 +102,10 @@ func crashLoad(ctx context.Context, conn *grpc.ClientConn, led *ledger, rng *ran
 		for ctx.Err() == nil {
 			led.mu.Lock()
 			var key uint64
-			var old []float64
-			for k, p := range led.prios { // map order is random enough
-				if !led.deleting[k] && len(p) == 1 {
-					key, old = k, p
+			for k := range led.hist { // map order is random enough
+				_, busy := led.updating[k]
+				if !busy && !led.deleting[k] {
+					key = k
 					break
 				}
 			}
@@ -96,7 +121,7 @@ func crashLoad(ctx context.Context, conn *grpc.ClientConn, led *ledger, rng *ran
 				led.deleting[key] = true
 				req.DeleteKeys = []uint64{key}
 			} else {
-				led.prios[key] = []float64{old[0], np}
+				led.updating[key] = np
 				req.Updates = []*reverbpb.KeyWithPriority{{Key: key, Priority: np}}
 			}
 			led.mu.Unlock()
@@ -104,13 +129,16 @@ func crashLoad(ctx context.Context, conn *grpc.ClientConn, led *ledger, rng *ran
 			if err != nil {
 				return // the server died: the outcome stays uncertain
 			}
+			now := time.Now()
 			led.mu.Lock()
 			if del {
-				delete(led.prios, key)
+				h := led.hist[key]
+				led.deleted[key] = acked{h[len(h)-1].prio, now}
+				delete(led.hist, key)
 				delete(led.deleting, key)
-				led.deleted[key] = true
 			} else {
-				led.prios[key] = []float64{np}
+				led.hist[key] = append(led.hist[key], acked{np, now})
+				delete(led.updating, key)
 			}
 			led.mu.Unlock()
 		}
@@ -150,7 +178,9 @@ func crashWriter(ctx context.Context, c reverbpb.ReverbServiceClient, led *ledge
 	}
 	sent := map[uint64]float64{}
 	var sentMu sync.Mutex
-	go func() {
+	var recv sync.WaitGroup
+	defer recv.Wait() // every confirmation read is in the ledger on return
+	recv.Go(func() {
 		for {
 			resp, err := st.Recv()
 			if err != nil {
@@ -160,13 +190,13 @@ func crashWriter(ctx context.Context, c reverbpb.ReverbServiceClient, led *ledge
 			led.mu.Lock()
 			sentMu.Lock()
 			for _, k := range resp.GetKeys() {
-				led.prios[k] = []float64{sent[k]}
-				led.confirmedAt[k] = now
+				led.hist[k] = []acked{{sent[k], now}}
+				led.total++
 			}
 			sentMu.Unlock()
 			led.mu.Unlock()
 		}
-	}()
+	})
 	var held uint64 // the chunk kept from the previous request, or 0
 	for i := uint64(1); ctx.Err() == nil; i++ {
 		ck := base | i<<8
@@ -211,10 +241,12 @@ func crashWriter(ctx context.Context, c reverbpb.ReverbServiceClient, led *ledge
 // checkRecovered checks a restarted server against the ledger. It takes a
 // checkpoint (through the RPC) and reads every item from the file; the
 // chunk count the server logged after replaying its log must equal the
-// distinct chunks the items reference: no chunk is orphaned. It returns
-// the keys confirmed but missing, with how long before the kill each was
-// confirmed.
-func checkRecovered(t *testing.T, p *proc, conn *grpc.ClientConn, led *ledger, killedAt time.Time) (missing []time.Duration) {
+// distinct chunks the items reference: no chunk is orphaned. window is
+// how much the policy may lose: an item, update or delete acknowledged
+// within window before the kill may be missing, and anything acknowledged
+// before it must be there. It returns, for each confirmed item missing,
+// how long before the kill it was confirmed.
+func checkRecovered(t *testing.T, p *proc, conn *grpc.ClientConn, led *ledger, killedAt time.Time, window time.Duration) (missing []time.Duration) {
 	t.Helper()
 	line := ""
 	for deadline := time.Now().Add(10 * time.Second); line == "" && time.Now().Before(deadline); {
@@ -253,33 +285,53 @@ func checkRecovered(t *testing.T, p *proc, conn *grpc.ClientConn, led *ledger, k
 	}
 	led.mu.Lock()
 	defer led.mu.Unlock()
-	for k, ps := range led.prios {
+	cutoff := killedAt.Add(-window)
+	if window == 0 {
+		// Nothing may be lost: count every acknowledgement, even one
+		// read off the socket before the kill and noted after it.
+		cutoff = time.Now()
+	}
+	settle := time.Now().Add(-time.Hour) // settled values are older than any cutoff
+	for k := range led.hist {
+		prios, present := led.allowed(k, cutoff)
 		got, ok := items[k]
 		switch {
 		case !ok && led.deleting[k]:
-			delete(led.prios, k)
-			delete(led.deleting, k)
-			led.deleted[k] = true
+			led.deleted[k] = acked{0, settle}
+			delete(led.hist, k)
+		case !ok && present:
+			missing = append(missing, killedAt.Sub(led.hist[k][0].at))
+			delete(led.hist, k)
 		case !ok:
-			missing = append(missing, killedAt.Sub(led.confirmedAt[k]))
-			delete(led.prios, k)
-		case !containsFloat(ps, got):
-			t.Fatalf("item %d has priority %v; the clients allow %v", k, got, ps)
+			delete(led.hist, k) // confirmed within the window: may be lost
+		case !containsFloat(prios, got):
+			t.Fatalf("item %d has priority %v; the clients allow %v (acknowledged: %v; killed at %v, window %v)",
+				k, got, prios, led.hist[k], killedAt, window)
 		default:
-			led.prios[k] = []float64{got}
-			delete(led.deleting, k)
+			led.hist[k] = []acked{{got, settle}}
 		}
+		delete(led.updating, k)
+		delete(led.deleting, k)
 	}
-	for k := range led.deleted {
-		if _, ok := items[k]; ok {
-			t.Fatalf("item %d is back after its delete was acknowledged", k)
+	for k, d := range led.deleted {
+		got, ok := items[k]
+		switch {
+		case !ok:
+		case d.at.After(cutoff):
+			// A delete acknowledged within the window may be lost.
+			led.hist[k] = []acked{{got, settle}}
+			delete(led.deleted, k)
+		default:
+			t.Fatalf("item %d is back after its delete was acknowledged %v before the kill", k, killedAt.Sub(d.at))
 		}
 	}
 	// Items the clients sent but never saw confirmed may be there too
 	// (their confirmation was lost with the server): adopt them.
 	for k, p := range items {
-		if _, ok := led.prios[k]; !ok && !led.deleted[k] {
-			led.prios[k] = []float64{p}
+		if _, ok := led.hist[k]; !ok {
+			if _, del := led.deleted[k]; !del {
+				led.hist[k] = []acked{{p, settle}}
+			}
 		}
 	}
 	return missing
@@ -322,13 +374,17 @@ func TestCrashRecovery(t *testing.T) {
 				t.Fatal(err)
 			}
 			led := newLedger()
-			var confirmed, lost int
+			var lost int
 			var worst time.Duration
 			for round := 1; round <= tc.kills+1; round++ {
 				p := serve(t, "--config", cfg, "--log-format", "json")
 				conn := dial(t, p.addr)
 				if round > 1 {
-					missing := checkRecovered(t, p, conn, led, led.killedAt)
+					window := time.Duration(0)
+					if tc.fsync == "interval" {
+						window = tc.interval
+					}
+					missing := checkRecovered(t, p, conn, led, led.killedAt, window)
 					for _, d := range missing {
 						lost++
 						worst = max(worst, d)
@@ -348,20 +404,18 @@ func TestCrashRecovery(t *testing.T) {
 				wg := crashLoad(ctx, conn, led, rng, round)
 				time.Sleep(time.Duration(100+rng.IntN(500)) * time.Millisecond)
 				p.kill(t)
+				killedAt := time.Now()
 				cancel()
 				wg.Wait()
-				led.killedAt = time.Now() // the writers are stopped: no race
+				led.killedAt = killedAt // the clients are stopped: no race
 				conn.Close()
-				led.mu.Lock()
-				confirmed = len(led.confirmedAt)
-				led.mu.Unlock()
 			}
 			led.mu.Lock()
 			defer led.mu.Unlock()
-			t.Logf("fsync %s: %d kills, %d items confirmed in all, %d lost (latest confirmed %v before its kill), %d held at the end, %d deletes acknowledged",
-				tc.fsync, tc.kills, confirmed, lost, worst, len(led.prios), len(led.deleted))
-			if confirmed < 1000*tc.kills/5 {
-				t.Fatalf("only %d items confirmed over %d rounds: the load did not run", confirmed, tc.kills)
+			t.Logf("fsync %s: %d kills, %d items confirmed in all, %d lost (the earliest confirmed %v before its kill), %d held at the end, %d deletes acknowledged",
+				tc.fsync, tc.kills, led.total, lost, worst, len(led.hist), len(led.deleted))
+			if led.total < 1000*tc.kills/5 {
+				t.Fatalf("only %d items confirmed over %d rounds: the load did not run", led.total, tc.kills)
 			}
 		})
 	}
