@@ -33,14 +33,14 @@ type Store struct {
 
 type shard struct {
 	mu sync.Mutex
-	m  map[uint64]*Chunk // guarded by mu
+	m  index // guarded by mu
 }
 
 // New returns an empty store that keeps every chunk in memory.
 func New() *Store {
 	s := &Store{}
 	for i := range s.shards {
-		s.shards[i].m = make(map[uint64]*Chunk)
+		s.shards[i].m = newIndex()
 	}
 	return s
 }
@@ -88,11 +88,11 @@ func (s *Store) InsertEncoded(m Meta, enc []byte) *Chunk {
 	}
 	sh := s.shard(m.Key)
 	sh.mu.Lock()
-	if old, ok := sh.m[m.Key]; ok && old.tryRef() {
+	if old := sh.m.get(m.Key); old != nil && old.tryRef() {
 		sh.mu.Unlock()
 		return old
 	}
-	sh.m[m.Key] = c
+	sh.m.set(m.Key, c)
 	sh.mu.Unlock()
 	s.count.Add(1)
 	s.bytes.Add(int64(c.size))
@@ -108,7 +108,7 @@ func (s *Store) Get(key uint64) *Chunk {
 	sh := s.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if c, ok := sh.m[key]; ok && c.tryRef() {
+	if c := sh.m.get(key); c != nil && c.tryRef() {
 		return c
 	}
 	return nil
@@ -136,9 +136,7 @@ func (s *Store) release(c *Chunk) {
 	s.bytes.Add(-int64(c.size))
 	sh := s.shard(c.key)
 	sh.mu.Lock()
-	if sh.m[c.key] == c {
-		delete(sh.m, c.key)
-	}
+	sh.m.deleteChunk(c.key, c)
 	sh.mu.Unlock()
 	if s.tier != nil {
 		s.tier.release(c)
