@@ -175,12 +175,12 @@ func (s *Server) writeCheckpoint(ctx context.Context) (string, error) {
 		for it := range sn.Items() {
 			for _, c := range it.Chunks {
 				if !w.HasChunk(c.Key()) {
-					data, err := c.Data()
+					enc, err := c.Encoded()
 					if err != nil {
 						w.Abort()
 						return "", fmt.Errorf("table %q, item %d: %w", st.Name(), it.Key, err)
 					}
-					w.Chunk(data)
+					w.ChunkEncoded(c.Key(), enc) // as received: no re-encoding
 					chunkBytes += int64(c.Size())
 				}
 			}

@@ -66,10 +66,12 @@ func mustMarshal(t testing.TB, m proto.Message) []byte {
 	return b
 }
 
-// FuzzInsertStream feeds two arbitrary InsertStreamRequests to one stream's
-// handler, then one SampleStreamRequest. Whatever the bytes, the handlers
-// must not panic, every error must map to a deliberate status code, and
-// once the stream ends and the tables are reset no chunk may be left.
+// FuzzInsertStream feeds two arbitrary InsertStreamRequests, decoded by the
+// server's codec, to one stream's handler, then one SampleStreamRequest.
+// Whatever the bytes, the handlers must not panic, the codec must accept
+// exactly what proto.Unmarshal accepts, every error must map to a
+// deliberate status code, and once the stream ends and the tables are
+// reset no chunk may be left.
 func FuzzInsertStream(f *testing.F) {
 	good := &reverbpb.InsertStreamRequest{
 		Chunks:        []*reverbpb.ChunkData{fuzzSeedChunk(1, 3), fuzzSeedChunk(2, 1)},
@@ -101,10 +103,7 @@ func FuzzInsertStream(f *testing.F) {
 
 		ist := newFuzzInsertStream(s)
 		for _, b := range [][]byte{b1, b2} {
-			req := &reverbpb.InsertStreamRequest{}
-			if proto.Unmarshal(b, req) != nil {
-				continue // gRPC would have failed the stream before the handler
-			}
+			req := decodeInsert(t, b)
 			if err := ist.handle(ctx, req, func(uint64, uint64) {}); err != nil {
 				checkStatus(t, err)
 				break
@@ -114,8 +113,8 @@ func FuzzInsertStream(f *testing.F) {
 
 		sreq := &reverbpb.SampleStreamRequest{}
 		if proto.Unmarshal(b3, sreq) == nil {
-			err := s.serveSampleRequest(ctx, sreq, func(resp *reverbpb.SampleStreamResponse) error {
-				_, err := proto.Marshal(resp)
+			err := s.serveSampleRequest(ctx, sreq, func(m *rawMessage) error {
+				_, err := decodeResponse(m)
 				return err
 			})
 			checkStatus(t, err)
@@ -176,20 +175,24 @@ func FuzzSampleStream(f *testing.F) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 		defer cancel()
 		ist := newFuzzInsertStream(s)
-		err := ist.handle(ctx, &reverbpb.InsertStreamRequest{
+		err := ist.handle(ctx, insertRequestOf(t, &reverbpb.InsertStreamRequest{
 			Chunks: []*reverbpb.ChunkData{fuzzSeedChunk(1, 2)},
 			Items: []*reverbpb.PrioritizedItem{
 				fuzzSeedItem(1, "prio", 1, 1, 0, 2), fuzzSeedItem(2, "prio", 0, 1, 1, 1),
 				fuzzSeedItem(3, "queue", 1, 1, 0, 1), fuzzSeedItem(4, "queue", 1, 1, 1, 1),
 			},
-		}, func(uint64, uint64) {})
+		}), func(uint64, uint64) {})
 		if err != nil {
 			t.Fatal(err)
 		}
 		ist.releaseAll()
 
 		complete, open := int64(0), false
-		err = s.serveSampleRequest(ctx, req, func(resp *reverbpb.SampleStreamResponse) error {
+		err = s.serveSampleRequest(ctx, req, func(m *rawMessage) error {
+			resp, err := decodeResponse(m)
+			if err != nil {
+				t.Fatalf("the server sent a response that does not decode: %v", err)
+			}
 			for _, e := range resp.GetEntries() {
 				if (e.GetInfo() != nil) == open {
 					t.Fatalf("entry info present = %v inside an open sample = %v", e.GetInfo() != nil, open)

@@ -31,9 +31,12 @@ func (s *Server) InsertStream(stream reverbpb.ReverbService_InsertStreamServer) 
 	}
 	defer conf.close()
 
-	reqs := recvLoop(ctx, stream.Recv)
+	reqs := recvLoop(ctx, func() (*insertRequest, error) {
+		m := new(insertRequest)
+		return m, stream.RecvMsg(m) // decoded by codec
+	})
 	for {
-		var r recvResult[reverbpb.InsertStreamRequest]
+		var r recvResult[insertRequest]
 		select {
 		case r = <-reqs:
 		case <-s.closing:
@@ -70,21 +73,24 @@ type insertStream struct {
 // keep_chunk_keys. confirm is called with each key once its item is applied,
 // with the write-ahead log position the confirmation must wait for (0 for
 // none).
-func (is *insertStream) handle(ctx context.Context, req *reverbpb.InsertStreamRequest, confirm func(key, lsn uint64)) error {
-	if len(req.GetChunks()) == 0 && len(req.GetItems()) == 0 {
+func (is *insertStream) handle(ctx context.Context, req *insertRequest, confirm func(key, lsn uint64)) error {
+	if req.err != nil {
+		return req.err
+	}
+	if len(req.chunks) == 0 && len(req.items) == 0 {
 		return fmt.Errorf("%w: request has neither chunks nor items", ErrInvalidRequest)
 	}
-	for _, cd := range req.GetChunks() {
-		if _, ok := is.held[cd.GetChunkKey()]; ok {
+	for _, ch := range req.chunks {
+		if _, ok := is.held[ch.meta.Key]; ok {
 			continue // the first copy on a stream wins
 		}
-		is.held[cd.GetChunkKey()] = is.srv.chunks.Insert(cd)
+		is.held[ch.meta.Key] = is.srv.chunks.InsertEncoded(ch.meta, ch.enc)
 	}
-	if len(req.GetItems()) == 0 {
+	if len(req.items) == 0 {
 		// Reverb ignores keep_chunk_keys on chunk-only requests.
 		return nil
 	}
-	for i, pi := range req.GetItems() {
+	for i, pi := range req.items {
 		if err := is.insert(ctx, i, pi); err != nil {
 			return err
 		}
@@ -95,7 +101,7 @@ func (is *insertStream) handle(ctx context.Context, req *reverbpb.InsertStreamRe
 		}
 		confirm(pi.GetKey(), is.srv.durableLSN())
 	}
-	return is.keep(req.GetKeepChunkKeys())
+	return is.keep(req.keep)
 }
 
 func (is *insertStream) insert(ctx context.Context, i int, pi *reverbpb.PrioritizedItem) error {

@@ -9,6 +9,9 @@ import (
 
 	"github.com/reverie-rl/reverie/api/reverbpb"
 	"github.com/reverie-rl/reverie/internal/table"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -39,7 +42,8 @@ func (s *Server) SampleStream(stream reverbpb.ReverbService_SampleStreamServer) 
 		if r.err != nil {
 			return r.err
 		}
-		if err := s.serveSampleRequest(ctx, r.msg, stream.Send); err != nil {
+		send := func(m *rawMessage) error { return stream.SendMsg(m) } // sent by codec as it is
+		if err := s.serveSampleRequest(ctx, r.msg, send); err != nil {
 			return toStatus(err)
 		}
 	}
@@ -58,7 +62,7 @@ func sampleTimeout(t *reverbpb.Timeout) time.Duration {
 
 // serveSampleRequest serves one SampleStreamRequest, sending exactly
 // num_samples samples, or fewer followed by an error.
-func (s *Server) serveSampleRequest(ctx context.Context, req *reverbpb.SampleStreamRequest, send func(*reverbpb.SampleStreamResponse) error) error {
+func (s *Server) serveSampleRequest(ctx context.Context, req *reverbpb.SampleStreamRequest, send func(*rawMessage) error) error {
 	n := req.GetNumSamples()
 	if n <= 0 {
 		return fmt.Errorf("%w: num_samples: must be > 0, got %d", ErrInvalidRequest, n)
@@ -69,6 +73,7 @@ func (s *Server) serveSampleRequest(ctx context.Context, req *reverbpb.SampleStr
 	}
 	timeout := sampleTimeout(req.GetRateLimiterTimeout())
 	batch := min(int64(firstSampleBatch), n)
+	var rb responseBuilder
 	for remaining := n; remaining > 0; {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -86,7 +91,7 @@ func (s *Server) serveSampleRequest(ctx context.Context, req *reverbpb.SampleStr
 			}
 			return err
 		}
-		err = sendSamples(t.Name(), samples, send)
+		err = rb.sendSamples(t.Name(), samples, send)
 		for i := range samples {
 			samples[i].Unpin()
 		}
@@ -99,50 +104,143 @@ func (s *Server) serveSampleRequest(ctx context.Context, req *reverbpb.SampleStr
 	return nil
 }
 
+// Field numbers of SampleStreamResponse and its SampleEntry.
+const (
+	responseEntriesField = 1
+	entryInfoField       = 1
+	entryDataField       = 2
+	entryEndField        = 3
+)
+
+// inlineChunkBytes: chunks at least this big are not copied into a
+// response but handed to gRPC as they are stored, each as its own buffer.
+const inlineChunkBytes = 16 << 10
+
+// responseBuilder encodes SampleStreamResponses by hand, around the chunk
+// encodings as they are stored, so that chunks are never decoded or
+// re-encoded on the sample path. Not safe for concurrent use.
+type responseBuilder struct {
+	buf    []byte    // the response's tags, lengths, infos and small chunks
+	segs   []segment // the big chunks, and where they go in buf
+	chunks int       // chunk bytes in the response
+	info   []byte    // scratch: the encoded SampleInfo of a sample
+	encs   [][]byte  // scratch: the chunk encodings of a sample
+}
+
+// segment: big comes after buf[:end].
+type segment struct {
+	end int
+	big []byte
+}
+
 // sendSamples frames samples into responses: each sample's first entry
 // carries its info, its chunks follow in order, and the entry holding its
 // last chunk has end_of_sequence. A response is sent once its chunks pass
 // maxResponseChunkBytes; a chunk is never split. A chunk whose data cannot
 // be read ends the request with an error naming it, after the responses
-// already sent.
-func sendSamples(tableName string, samples []table.Sampled, send func(*reverbpb.SampleStreamResponse) error) error {
-	resp := &reverbpb.SampleStreamResponse{}
-	size := 0
-	flush := func() error {
-		if len(resp.Entries) == 0 {
-			return nil
-		}
-		err := send(resp)
-		resp, size = &reverbpb.SampleStreamResponse{}, 0
-		return err
-	}
+// already sent (which hold no part of that sample).
+func (b *responseBuilder) sendSamples(tableName string, samples []table.Sampled, send func(*rawMessage) error) error {
+	defer func() { clear(b.encs[:cap(b.encs)]) }() // drop the references to chunk bytes
 	for i := range samples {
 		sm := &samples[i]
-		entry := &reverbpb.SampleStreamResponse_SampleEntry{Info: sampleInfo(tableName, sm)}
-		resp.Entries = append(resp.Entries, entry)
-		for j, c := range sm.Item.Chunks {
-			data, err := c.Data()
+		b.encs = b.encs[:0]
+		for _, c := range sm.Item.Chunks {
+			enc, err := c.Encoded()
 			if err != nil {
+				b.reset()
 				return fmt.Errorf("sampling item %d of table %q: %w", sm.Item.Key, tableName, err)
 			}
-			entry.Data = append(entry.Data, data)
-			size += c.Size()
-			if size >= maxResponseChunkBytes && j < len(sm.Item.Chunks)-1 {
-				if err := flush(); err != nil {
+			b.encs = append(b.encs, enc)
+		}
+		info, err := proto.MarshalOptions{}.MarshalAppend(b.info[:0], sampleInfo(tableName, sm))
+		if err != nil {
+			b.reset()
+			return fmt.Errorf("sampling item %d of table %q: encode info: %w", sm.Item.Key, tableName, err)
+		}
+		b.info = info
+		start := 0
+		for j, enc := range b.encs {
+			b.chunks += len(enc)
+			if b.chunks >= maxResponseChunkBytes && j < len(b.encs)-1 {
+				b.appendEntry(info, b.encs[start:j+1], false)
+				if err := b.flush(send); err != nil {
 					return err
 				}
-				entry = &reverbpb.SampleStreamResponse_SampleEntry{}
-				resp.Entries = append(resp.Entries, entry)
+				info, start = nil, j+1
 			}
 		}
-		entry.EndOfSequence = true
-		if size >= maxResponseChunkBytes {
-			if err := flush(); err != nil {
+		b.appendEntry(info, b.encs[start:], true)
+		if b.chunks >= maxResponseChunkBytes {
+			if err := b.flush(send); err != nil {
 				return err
 			}
 		}
 	}
-	return flush()
+	return b.flush(send)
+}
+
+// appendEntry appends a SampleEntry to the response: info (if not nil),
+// encs as data, and end_of_sequence if end.
+func (b *responseBuilder) appendEntry(info []byte, encs [][]byte, end bool) {
+	n := 0
+	if info != nil {
+		n += 1 + protowire.SizeBytes(len(info))
+	}
+	for _, e := range encs {
+		n += 1 + protowire.SizeBytes(len(e))
+	}
+	if end {
+		n += 2
+	}
+	b.buf = protowire.AppendTag(b.buf, responseEntriesField, protowire.BytesType)
+	b.buf = protowire.AppendVarint(b.buf, uint64(n))
+	if info != nil {
+		b.buf = protowire.AppendTag(b.buf, entryInfoField, protowire.BytesType)
+		b.buf = protowire.AppendBytes(b.buf, info)
+	}
+	for _, e := range encs {
+		b.buf = protowire.AppendTag(b.buf, entryDataField, protowire.BytesType)
+		if len(e) < inlineChunkBytes {
+			b.buf = protowire.AppendBytes(b.buf, e)
+			continue
+		}
+		b.buf = protowire.AppendVarint(b.buf, uint64(len(e)))
+		b.segs = append(b.segs, segment{end: len(b.buf), big: e})
+	}
+	if end {
+		b.buf = protowire.AppendTag(b.buf, entryEndField, protowire.VarintType)
+		b.buf = protowire.AppendVarint(b.buf, 1)
+	}
+}
+
+// flush sends the response built so far, if any, and starts a new one.
+func (b *responseBuilder) flush(send func(*rawMessage) error) error {
+	if len(b.buf) == 0 {
+		return nil
+	}
+	// gRPC sends the buffers after SendMsg returns: small parts are copied
+	// out of buf (reused) into pooled buffers, big chunks are handed over
+	// as they are (stored bytes are never modified).
+	pool := mem.DefaultBufferPool()
+	var data mem.BufferSlice
+	start := 0
+	for _, sg := range b.segs {
+		if sg.end > start {
+			data = append(data, mem.Copy(b.buf[start:sg.end], pool))
+		}
+		data = append(data, mem.SliceBuffer(sg.big))
+		start = sg.end
+	}
+	if start < len(b.buf) {
+		data = append(data, mem.Copy(b.buf[start:], pool))
+	}
+	b.reset()
+	return send(&rawMessage{data: data})
+}
+
+func (b *responseBuilder) reset() {
+	clear(b.segs) // drop the references to chunk bytes
+	b.buf, b.segs, b.chunks = b.buf[:0], b.segs[:0], 0
 }
 
 func sampleInfo(tableName string, sm *table.Sampled) *reverbpb.SampleInfo {

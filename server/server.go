@@ -149,6 +149,8 @@ func New(cfg Config) (*Server, error) {
 		// carry tens of MiB and a sample response whole chunks of any size.
 		grpc.MaxRecvMsgSize(math.MaxInt32),
 		grpc.MaxSendMsgSize(math.MaxInt32),
+		// Chunks pass through as the bytes they arrived in (codec.go).
+		grpc.ForceServerCodecV2(newCodec()),
 		// Idle writers and blocked samplers keep streams open for long;
 		// do not punish clients for keepalive pings.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{

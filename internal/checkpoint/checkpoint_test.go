@@ -79,6 +79,20 @@ func writeFixture(t *testing.T, root string) (string, fixture) {
 			fx.recs = append(fx.recs, &Record{Kind: KindChunk, Chunk: c})
 		}
 	}
+	// chunkEncoded writes c through ChunkEncoded, as the server does.
+	chunkEncoded := func(c *reverbpb.ChunkData) {
+		fresh := !w.HasChunk(c.GetChunkKey())
+		enc, err := proto.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.ChunkEncoded(c.GetChunkKey(), enc); err != nil {
+			t.Fatal(err)
+		}
+		if fresh {
+			fx.recs = append(fx.recs, &Record{Kind: KindChunk, Chunk: c})
+		}
+	}
 	item := func(it *reverbpb.PrioritizedItem) {
 		if err := w.Item(it); err != nil {
 			t.Fatal(err)
@@ -94,11 +108,11 @@ func writeFixture(t *testing.T, root string) (string, fixture) {
 	table("a", 3)
 	chunk(testChunk(11, 3))
 	item(testItem(1, "a", 11))
-	chunk(testChunk(12, 2))
+	chunkEncoded(testChunk(12, 2))
 	item(testItem(2, "a", 11, 12))
 	end(2)
 	table("b", 2)
-	chunk(testChunk(12, 2)) // already written: skipped
+	chunkEncoded(testChunk(12, 2)) // already written: skipped
 	item(testItem(3, "b", 12))
 	end(1)
 	table("empty", 0)

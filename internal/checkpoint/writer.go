@@ -160,6 +160,20 @@ func (w *Writer) Chunk(c *reverbpb.ChunkData) error {
 	return nil
 }
 
+// ChunkEncoded writes the chunk whose ChunkData encoding is enc, as it is,
+// unless a chunk with key was written already. key must be enc's
+// chunk_key.
+func (w *Writer) ChunkEncoded(key uint64, enc []byte) error {
+	if w.HasChunk(key) {
+		return w.err
+	}
+	if err := w.record(KindChunk, enc); err != nil {
+		return err
+	}
+	w.chunks[key] = struct{}{}
+	return nil
+}
+
 // Item writes an item of the open table. Its table field must name the
 // open table, and every chunk it references must have been written.
 func (w *Writer) Item(it *reverbpb.PrioritizedItem) error {

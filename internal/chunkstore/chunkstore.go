@@ -2,6 +2,7 @@ package chunkstore
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -32,14 +33,14 @@ type Store struct {
 
 type shard struct {
 	mu sync.Mutex
-	m  map[uint64]*Chunk // guarded by mu
+	m  index // guarded by mu
 }
 
 // New returns an empty store that keeps every chunk in memory.
 func New() *Store {
 	s := &Store{}
 	for i := range s.shards {
-		s.shards[i].m = make(map[uint64]*Chunk)
+		s.shards[i].m = newIndex()
 	}
 	return s
 }
@@ -50,80 +51,55 @@ func (s *Store) shard(key uint64) *shard {
 	return &s.shards[(key*0x9E3779B97F4A7C15)>>58]
 }
 
-// Insert adds data to the store and returns its chunk with one reference
-// owned by the caller. If a live chunk with the same key is already held,
-// that chunk is returned instead (with a new reference) and data is dropped:
-// the first copy wins, as on a Reverb insert stream.
-//
-// A tiered store keeps its own encoding of data, never data itself, so the
-// caller's message (and any buffer it aliases) can be collected.
+// Insert adds data to the store, encoded, as InsertEncoded does. It is for
+// chunks that were decoded already (tests, restores); the insert stream
+// hands the store the bytes it received.
 func (s *Store) Insert(data *reverbpb.ChunkData) *Chunk {
-	if s.tier != nil {
-		return s.insertTiered(data)
-	}
-	key := data.GetChunkKey()
-	sh := s.shard(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if c, ok := sh.m[key]; ok && c.tryRef() {
-		return c
-	}
-	c := &Chunk{data: data, key: key, size: proto.Size(data), store: s}
-	c.refs.Store(1)
-	sh.m[key] = c
-	s.count.Add(1)
-	s.bytes.Add(int64(c.size))
-	return c
-}
-
-func (s *Store) insertTiered(data *reverbpb.ChunkData) *Chunk {
-	key := data.GetChunkKey()
-	if c := s.Get(key); c != nil {
+	if c := s.Get(data.GetChunkKey()); c != nil {
 		return c // skip the encoding of a copy that will be dropped
 	}
-	// Encode before publishing: a chunk others can Get has its data.
-	buf, err := proto.MarshalOptions{Deterministic: true}.Marshal(data)
+	enc, err := proto.MarshalOptions{Deterministic: true}.Marshal(data)
 	if err != nil {
 		// Messages that came off the wire or out of a checkpoint always
 		// encode; anything else is a bug in the caller.
 		panic("chunkstore: cannot encode chunk: " + err.Error())
 	}
+	return s.InsertEncoded(MetaOf(data), enc)
+}
+
+// InsertEncoded adds a chunk to the store, given its ChunkData encoding
+// and the metadata read from it (ParseMeta), and returns the chunk with
+// one reference owned by the caller. The store keeps enc: the caller must
+// not modify it afterwards. If a live chunk with the same key is already
+// held, that chunk is returned instead (with a new reference) and enc is
+// dropped: the first copy wins, as on a Reverb insert stream.
+func (s *Store) InsertEncoded(m Meta, enc []byte) *Chunk {
 	c := &Chunk{
-		key:     key,
-		episode: data.GetSequenceRange().GetEpisodeId(),
-		rows:    rowsOf(data),
-		size:    len(buf),
+		key:     m.Key,
+		episode: m.Episode,
+		rows:    m.Rows,
+		size:    len(enc),
 		store:   s,
-		id:      s.tier.nextID.Add(1),
-		buf:     buf,
+		buf:     enc,
 	}
 	c.refs.Store(1)
-	sh := s.shard(key)
-	sh.mu.Lock()
-	if old, ok := sh.m[key]; ok && old.tryRef() {
-		sh.mu.Unlock()
-		return old // lost a race with another insert of the key
+	if s.tier != nil {
+		c.id = s.tier.nextID.Add(1)
 	}
-	sh.m[key] = c
+	sh := s.shard(m.Key)
+	sh.mu.Lock()
+	if old := sh.m.get(m.Key); old != nil && old.tryRef() {
+		sh.mu.Unlock()
+		return old
+	}
+	sh.m.set(m.Key, c)
 	sh.mu.Unlock()
 	s.count.Add(1)
 	s.bytes.Add(int64(c.size))
-	s.tier.add(c)
-	return c
-}
-
-// rowsOf lists the leading dimension of each tensor, or -1 where the shape
-// does not say.
-func rowsOf(data *reverbpb.ChunkData) []int64 {
-	ts := data.GetData().GetTensors()
-	rows := make([]int64, len(ts))
-	for i, t := range ts {
-		rows[i] = -1
-		if dims := t.GetTensorShape().GetDim(); len(dims) > 0 && dims[0].GetSize() >= 0 {
-			rows[i] = dims[0].GetSize()
-		}
+	if s.tier != nil {
+		s.tier.add(c)
 	}
-	return rows
+	return c
 }
 
 // Get returns the live chunk with key, with one new reference owned by the
@@ -132,7 +108,7 @@ func (s *Store) Get(key uint64) *Chunk {
 	sh := s.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if c, ok := sh.m[key]; ok && c.tryRef() {
+	if c := sh.m.get(key); c != nil && c.tryRef() {
 		return c
 	}
 	return nil
@@ -160,9 +136,7 @@ func (s *Store) release(c *Chunk) {
 	s.bytes.Add(-int64(c.size))
 	sh := s.shard(c.key)
 	sh.mu.Lock()
-	if sh.m[c.key] == c {
-		delete(sh.m, c.key)
-	}
+	sh.m.deleteChunk(c.key, c)
 	sh.mu.Unlock()
 	if s.tier != nil {
 		s.tier.release(c)
@@ -176,16 +150,17 @@ type Chunk struct {
 	store *Store
 	refs  atomic.Int32
 
-	// data is the chunk as received; memory mode only.
-	data *reverbpb.ChunkData
-
-	// Tiered mode only. The metadata never changes.
+	// The metadata never changes.
 	episode uint64
 	rows    []int64 // leading dimension of each tensor, -1 if unknown
-	id      uint64  // the spill key: unique in the store, never reused
+	id      uint64  // tiered mode: the spill key, unique in the store, never reused
 
-	// Guarded by store.tier.mu.
-	buf        []byte // encoded data when in memory, else nil
+	// buf is the chunk's encoding. In memory mode it never changes. In
+	// the tiered modes it and the fields below are guarded by
+	// store.tier.mu; buf is nil while the data is only in the spill. The
+	// bytes of a buf are never modified, so a reader may keep them after
+	// unlocking.
+	buf        []byte
 	prev, next *Chunk // links in the LRU list; nil when not in it
 	onDisk     bool   // the spill holds the data
 	spilling   bool   // being written to the spill, buf still set
@@ -195,54 +170,48 @@ type Chunk struct {
 // Key is the client-chosen chunk key.
 func (c *Chunk) Key() uint64 { return c.key }
 
-// Data returns the chunk as received. Callers must not modify it. In memory
-// mode it never fails. In the tiered modes it decodes a fresh message on
-// each call, reading the spill if the data is not in memory; errors wrap
-// ErrRead, ErrClosed or ErrReleased and name the chunk key.
-func (c *Chunk) Data() (*reverbpb.ChunkData, error) {
+// Encoded returns the chunk's ChunkData encoding, as received. Callers must
+// not modify it; they may keep it as long as they like. In memory mode it
+// never fails. In the tiered modes it reads the spill if the data is not in
+// memory; errors wrap ErrRead, ErrClosed or ErrReleased and name the chunk
+// key.
+func (c *Chunk) Encoded() ([]byte, error) {
 	if c.store.tier == nil {
-		return c.data, nil
+		return c.buf, nil
 	}
-	return c.store.tier.data(c)
+	return c.store.tier.encoded(c)
+}
+
+// Data decodes the chunk's encoding into a fresh message, for callers that
+// need the fields; it fails as Encoded does.
+func (c *Chunk) Data() (*reverbpb.ChunkData, error) {
+	enc, err := c.Encoded()
+	if err != nil {
+		return nil, err
+	}
+	d := new(reverbpb.ChunkData)
+	if err := proto.Unmarshal(enc, d); err != nil {
+		return nil, fmt.Errorf("%w: chunk %d: decode: %v", ErrRead, c.key, err)
+	}
+	return d, nil
 }
 
 // Size is the encoded size of the chunk in bytes.
 func (c *Chunk) Size() int { return c.size }
 
 // EpisodeID is the episode the chunk's rows belong to.
-func (c *Chunk) EpisodeID() uint64 {
-	if c.store.tier == nil {
-		return c.data.GetSequenceRange().GetEpisodeId()
-	}
-	return c.episode
-}
+func (c *Chunk) EpisodeID() uint64 { return c.episode }
 
 // NumTensors is the number of column tensors in the chunk.
-func (c *Chunk) NumTensors() int {
-	if c.store.tier == nil {
-		return len(c.data.GetData().GetTensors())
-	}
-	return len(c.rows)
-}
+func (c *Chunk) NumTensors() int { return len(c.rows) }
 
 // Rows returns the number of rows (the leading dimension) of tensor i, and
 // false when there is no such tensor or its shape does not say.
 func (c *Chunk) Rows(i int) (int64, bool) {
-	if c.store.tier != nil {
-		if i < 0 || i >= len(c.rows) || c.rows[i] < 0 {
-			return 0, false
-		}
-		return c.rows[i], true
-	}
-	ts := c.data.GetData().GetTensors()
-	if i < 0 || i >= len(ts) {
+	if i < 0 || i >= len(c.rows) || c.rows[i] < 0 {
 		return 0, false
 	}
-	dims := ts[i].GetTensorShape().GetDim()
-	if len(dims) == 0 || dims[0].GetSize() < 0 {
-		return 0, false
-	}
-	return dims[0].GetSize(), true
+	return c.rows[i], true
 }
 
 // Refs is the current number of references; for tests and metrics.

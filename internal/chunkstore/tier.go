@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-
-	"github.com/reverie-rl/reverie/api/reverbpb"
-	"google.golang.org/protobuf/proto"
 )
 
 // Mode says where a tiered store keeps chunk data.
@@ -202,8 +199,8 @@ func (t *tier) write(vs []victim, keep bool) {
 	}
 }
 
-// data returns c's data, decoded.
-func (t *tier) data(c *Chunk) (*reverbpb.ChunkData, error) {
+// encoded returns c's encoding.
+func (t *tier) encoded(c *Chunk) ([]byte, error) {
 	t.mu.Lock()
 	if c.released {
 		t.mu.Unlock()
@@ -215,7 +212,7 @@ func (t *tier) data(c *Chunk) (*reverbpb.ChunkData, error) {
 		}
 		t.mu.Unlock()
 		t.hits.Add(1)
-		return decode(c, buf)
+		return buf, nil
 	}
 	closed := t.mu.closed
 	t.mu.Unlock()
@@ -243,15 +240,7 @@ func (t *tier) data(c *Chunk) (*reverbpb.ChunkData, error) {
 	}
 	t.mu.Unlock()
 	t.write(vs, false)
-	return decode(c, buf)
-}
-
-func decode(c *Chunk, buf []byte) (*reverbpb.ChunkData, error) {
-	d := new(reverbpb.ChunkData)
-	if err := proto.Unmarshal(buf, d); err != nil {
-		return nil, fmt.Errorf("%w: chunk %d: decode: %v", ErrRead, c.key, err)
-	}
-	return d, nil
+	return buf, nil
 }
 
 // release forgets the data of c, whose last reference was dropped.

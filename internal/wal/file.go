@@ -192,9 +192,9 @@ func appendRecord(b []byte, lsn uint64, e *entry) ([]byte, error) {
 	var err error
 	switch e.op {
 	case OpChunk:
-		var data *reverbpb.ChunkData
-		if data, err = e.chunk.Data(); err == nil {
-			b, err = proto.MarshalOptions{}.MarshalAppend(b, data)
+		var enc []byte
+		if enc, err = e.chunk.Encoded(); err == nil {
+			b = append(b, enc...) // as received: no re-encoding
 		}
 	case OpInsert:
 		b = appendTable(b, e.table)

@@ -1,0 +1,324 @@
+package server
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+
+	"github.com/reverie-rl/reverie/api/reverbpb"
+	"github.com/reverie-rl/reverie/internal/chunkstore"
+	"github.com/reverie-rl/reverie/internal/pbvalid"
+	"google.golang.org/grpc/encoding"
+	protocodec "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+)
+
+// codec is the server's gRPC codec. It is gRPC's proto codec except for two
+// types the hot paths use to keep chunk bytes as they arrived:
+//
+//   - *insertRequest, an InsertStreamRequest decoded by hand: each chunk is
+//     kept as its encoding (copied once out of gRPC's buffers, which are
+//     recycled after Unmarshal), and only its metadata is read;
+//   - *rawMessage, a message already encoded (a SampleStreamResponse built
+//     from stored chunk bytes), sent as it is.
+type codec struct {
+	proto encoding.CodecV2
+}
+
+func newCodec() *codec { return &codec{proto: encoding.GetCodecV2(protocodec.Name)} }
+
+// Name is the proto codec's: the wire format does not change.
+func (c *codec) Name() string { return protocodec.Name }
+
+func (c *codec) Marshal(v any) (mem.BufferSlice, error) {
+	if m, ok := v.(*rawMessage); ok {
+		return m.data, nil
+	}
+	return c.proto.Marshal(v)
+}
+
+func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
+	if m, ok := v.(*insertRequest); ok {
+		m.decode(data)
+		return nil // a decoding error is in m.err, for the handler to report
+	}
+	return c.proto.Unmarshal(data, v)
+}
+
+// rawMessage is an encoded message; gRPC sends data and then frees it.
+type rawMessage struct {
+	data mem.BufferSlice
+}
+
+// insertRequest is an InsertStreamRequest whose chunks stay encoded.
+type insertRequest struct {
+	chunks []encodedChunk
+	items  []*reverbpb.PrioritizedItem
+	keep   []uint64 // keep_chunk_keys
+	// err is the first problem found decoding the request; it wraps
+	// ErrInvalidRequest and names the field. The other fields then hold
+	// what was decoded before it.
+	err error
+}
+
+// encodedChunk is one chunks entry: its bytes, owned, and its metadata.
+type encodedChunk struct {
+	meta chunkstore.Meta
+	enc  []byte
+}
+
+// InsertStreamRequest field numbers.
+const (
+	insertChunksField = 1
+	insertItemsField  = 2
+	insertKeepField   = 3
+)
+
+var chunkDataDesc = (&reverbpb.ChunkData{}).ProtoReflect().Descriptor()
+
+// decode reads an encoded InsertStreamRequest into m as proto.Unmarshal
+// would decode it, with the chunks kept as bytes: fields in an unexpected
+// wire type are skipped as unknown, and a chunk is accepted exactly when
+// it would decode. Any failure is recorded in m.err.
+func (m *insertRequest) decode(data mem.BufferSlice) {
+	r := newSliceReader(data)
+	if err := m.decodeFrom(r); err != nil {
+		m.err = fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+	}
+}
+
+func (m *insertRequest) decodeFrom(r *sliceReader) error {
+	for r.len() > 0 {
+		at := r.offset()
+		tag, err := r.varint()
+		if err != nil {
+			return fmt.Errorf("tag at byte %d: %w", at, err)
+		}
+		num, typ := protowire.DecodeTag(tag)
+		if num < protowire.MinValidNumber || num > protowire.MaxValidNumber {
+			return fmt.Errorf("tag at byte %d: invalid field number %d", at, num)
+		}
+		switch typ {
+		case protowire.VarintType:
+			x, err := r.varint()
+			if err != nil {
+				return fmt.Errorf("field %d at byte %d: %w", num, at, err)
+			}
+			if num == insertKeepField {
+				m.keep = append(m.keep, x)
+			}
+		case protowire.Fixed32Type, protowire.Fixed64Type:
+			n := 4
+			if typ == protowire.Fixed64Type {
+				n = 8
+			}
+			if err := r.skip(n); err != nil {
+				return fmt.Errorf("field %d at byte %d: %w", num, at, err)
+			}
+		case protowire.BytesType:
+			n, err := r.varint()
+			if err == nil && n > uint64(r.len()) {
+				err = errTruncated
+			}
+			if err != nil {
+				return fmt.Errorf("%s at byte %d: %w", m.fieldName(num), at, err)
+			}
+			if err := m.decodeBytesField(num, r, int(n)); err != nil {
+				return err
+			}
+		case protowire.StartGroupType:
+			// Never sent by a Reverb client; skipped as proto.Unmarshal
+			// does, on a copy of the rest of the request.
+			rest := r.next(r.len())
+			n := protowire.ConsumeFieldValue(num, typ, rest)
+			if n < 0 {
+				return fmt.Errorf("field %d at byte %d: %w", num, at, protowire.ParseError(n))
+			}
+			r.reset(bytes.Clone(rest[n:]), r.offset()-len(rest)+n)
+		default:
+			return fmt.Errorf("field %d at byte %d: invalid wire type %d", num, at, typ)
+		}
+	}
+	return nil
+}
+
+// fieldName names the next occurrence of field num, for errors.
+func (m *insertRequest) fieldName(num protowire.Number) string {
+	switch num {
+	case insertChunksField:
+		return fmt.Sprintf("chunks[%d]", len(m.chunks))
+	case insertItemsField:
+		return fmt.Sprintf("items[%d]", len(m.items))
+	case insertKeepField:
+		return "keep_chunk_keys"
+	}
+	return fmt.Sprintf("field %d", num)
+}
+
+// decodeBytesField reads the n-byte value of a length-delimited field.
+func (m *insertRequest) decodeBytesField(num protowire.Number, r *sliceReader, n int) error {
+	switch num {
+	case insertChunksField:
+		enc := r.copy(n)
+		if err := pbvalid.Check(chunkDataDesc, enc); err != nil {
+			if e := new(pbvalid.Error); errors.As(err, &e) && e.Path != "" {
+				return fmt.Errorf("%s.%v", m.fieldName(num), err)
+			}
+			return fmt.Errorf("%s: %v", m.fieldName(num), err)
+		}
+		meta, err := chunkstore.ParseMeta(enc)
+		if err != nil {
+			return fmt.Errorf("%s: %v", m.fieldName(num), err) // unreachable after Check
+		}
+		m.chunks = append(m.chunks, encodedChunk{meta: meta, enc: enc})
+	case insertItemsField:
+		it := new(reverbpb.PrioritizedItem)
+		if err := proto.Unmarshal(r.next(n), it); err != nil {
+			return fmt.Errorf("%s: %v", m.fieldName(num), err)
+		}
+		m.items = append(m.items, it)
+	case insertKeepField:
+		for b := r.next(n); len(b) > 0; {
+			x, k := protowire.ConsumeVarint(b)
+			if k < 0 {
+				return fmt.Errorf("keep_chunk_keys: packed: %w", protowire.ParseError(k))
+			}
+			m.keep = append(m.keep, x)
+			b = b[k:]
+		}
+	default:
+		return r.skip(n)
+	}
+	return nil
+}
+
+var errTruncated = errors.New("unexpected end of message")
+
+// sliceReader reads a mem.BufferSlice front to back without first joining
+// its buffers into one (gRPC splits a large message into many).
+type sliceReader struct {
+	cur   []byte   // what is left of the current buffer
+	rest  [][]byte // the buffers after it
+	n     int      // bytes left in all
+	read  int      // bytes read so far
+	tmp   []byte   // holds values that span buffers
+	views [][]byte // scratch for copy
+}
+
+func newSliceReader(data mem.BufferSlice) *sliceReader {
+	r := &sliceReader{}
+	for _, b := range data {
+		if d := b.ReadOnlyData(); len(d) > 0 {
+			r.rest = append(r.rest, d)
+			r.n += len(d)
+		}
+	}
+	return r
+}
+
+func (r *sliceReader) len() int    { return r.n }
+func (r *sliceReader) offset() int { return r.read }
+
+// reset makes b, which begins at byte off of the message, the rest.
+func (r *sliceReader) reset(b []byte, off int) {
+	r.cur, r.rest, r.n, r.read = b, nil, len(b), off
+}
+
+// fill makes cur non-empty unless everything was read.
+func (r *sliceReader) fill() {
+	for len(r.cur) == 0 && len(r.rest) > 0 {
+		r.cur, r.rest = r.rest[0], r.rest[1:]
+	}
+}
+
+func (r *sliceReader) varint() (uint64, error) {
+	r.fill()
+	x, k := protowire.ConsumeVarint(r.cur)
+	if k < 0 && len(r.cur) < binaryMaxVarintLen && r.n > len(r.cur) {
+		// The varint may go on in the next buffer.
+		var buf [binaryMaxVarintLen]byte
+		b := r.peek(buf[:min(r.n, binaryMaxVarintLen)])
+		x, k = protowire.ConsumeVarint(b)
+	}
+	if k < 0 {
+		return 0, protowire.ParseError(k)
+	}
+	r.skip(k)
+	return x, nil
+}
+
+const binaryMaxVarintLen = 10
+
+// peek fills dst from the next bytes without reading them.
+func (r *sliceReader) peek(dst []byte) []byte {
+	n := copy(dst, r.cur)
+	for _, b := range r.rest {
+		if n == len(dst) {
+			break
+		}
+		n += copy(dst[n:], b)
+	}
+	return dst[:n]
+}
+
+// skip reads n bytes and drops them.
+func (r *sliceReader) skip(n int) error {
+	if n > r.n {
+		return errTruncated
+	}
+	r.n -= n
+	r.read += n
+	for n > 0 {
+		r.fill()
+		k := min(n, len(r.cur))
+		r.cur = r.cur[k:]
+		n -= k
+	}
+	return nil
+}
+
+// next reads n <= len() bytes and returns them: a view of gRPC's buffer, or
+// a copy when they span buffers. Either is valid only until the next call
+// and the end of Unmarshal.
+func (r *sliceReader) next(n int) []byte {
+	r.fill()
+	if n <= len(r.cur) {
+		b := r.cur[:n]
+		r.skip(n)
+		return b
+	}
+	r.tmp = r.tmp[:0]
+	for _, v := range r.viewList(n) {
+		r.tmp = append(r.tmp, v...)
+	}
+	return r.tmp
+}
+
+// copy reads n <= len() bytes into a new slice.
+func (r *sliceReader) copy(n int) []byte {
+	r.fill()
+	if n <= len(r.cur) {
+		b := append([]byte(nil), r.cur[:n]...)
+		r.skip(n)
+		return b
+	}
+	// Join allocates without zeroing what it is about to overwrite.
+	return bytes.Join(r.viewList(n), nil)
+}
+
+// viewList reads n bytes, returned as views of the buffers they lie in.
+func (r *sliceReader) viewList(n int) [][]byte {
+	r.views = r.views[:0]
+	r.n -= n
+	r.read += n
+	for n > 0 {
+		r.fill()
+		k := min(n, len(r.cur))
+		r.views = append(r.views, r.cur[:k])
+		r.cur = r.cur[k:]
+		n -= k
+	}
+	return r.views
+}

@@ -1,0 +1,224 @@
+package server
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/reverie-rl/reverie/api/reverbpb"
+	"github.com/reverie-rl/reverie/api/tensorflowpb"
+	"github.com/reverie-rl/reverie/internal/chunkstore"
+	"github.com/reverie-rl/reverie/internal/table"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+)
+
+// split cuts b into pieces of at most n bytes, as gRPC hands a large
+// message to the codec.
+func split(b []byte, n int) mem.BufferSlice {
+	var s mem.BufferSlice
+	for len(b) > 0 {
+		k := min(n, len(b))
+		s = append(s, mem.SliceBuffer(b[:k]))
+		b = b[k:]
+	}
+	return s
+}
+
+// decodeInsert decodes b as the codec does, whole and in 3-byte pieces,
+// and checks the codec against proto.Unmarshal: both must fail, or both
+// succeed with the same request.
+func decodeInsert(t testing.TB, b []byte) *insertRequest {
+	t.Helper()
+	var whole, pieces insertRequest
+	whole.decode(mem.BufferSlice{mem.SliceBuffer(b)})
+	pieces.decode(split(b, 3))
+	if fmt.Sprint(whole.err) != fmt.Sprint(pieces.err) {
+		t.Fatalf("decoded whole: %v; in pieces: %v", whole.err, pieces.err)
+	}
+	want := &reverbpb.InsertStreamRequest{}
+	uerr := proto.Unmarshal(b, want)
+	if (uerr == nil) != (whole.err == nil) {
+		t.Fatalf("codec: %v, but proto.Unmarshal: %v", whole.err, uerr)
+	}
+	if uerr != nil {
+		return &whole
+	}
+	// The codec skips unknown fields of the request itself (those of its
+	// chunks stay in the chunk bytes).
+	want.ProtoReflect().SetUnknown(nil)
+	for _, got := range []*insertRequest{&whole, &pieces} {
+		if g := got.message(t); !proto.Equal(g, want) {
+			t.Fatalf("codec decoded %v, proto.Unmarshal %v", g, want)
+		}
+		for i, ch := range got.chunks {
+			if m := chunkstore.MetaOf(want.Chunks[i]); ch.meta.Key != m.Key || ch.meta.Episode != m.Episode || !slices.Equal(ch.meta.Rows, m.Rows) {
+				t.Fatalf("chunks[%d]: metadata %+v, decoded %+v", i, ch.meta, m)
+			}
+		}
+	}
+	return &whole
+}
+
+// message decodes m's chunks back into an InsertStreamRequest.
+func (m *insertRequest) message(t testing.TB) *reverbpb.InsertStreamRequest {
+	req := &reverbpb.InsertStreamRequest{Items: m.items, KeepChunkKeys: m.keep}
+	for _, ch := range m.chunks {
+		d := &reverbpb.ChunkData{}
+		if err := proto.Unmarshal(ch.enc, d); err != nil {
+			t.Fatal(err)
+		}
+		req.Chunks = append(req.Chunks, d)
+	}
+	return req
+}
+
+// insertRequestOf passes req through the codec.
+func insertRequestOf(t testing.TB, req *reverbpb.InsertStreamRequest) *insertRequest {
+	return decodeInsert(t, mustMarshal(t, req))
+}
+
+func decodeResponse(m *rawMessage) (*reverbpb.SampleStreamResponse, error) {
+	resp := &reverbpb.SampleStreamResponse{}
+	return resp, proto.Unmarshal(m.data.Materialize(), resp)
+}
+
+func TestDecodeInsertErrors(t *testing.T) {
+	good := mustMarshal(t, &reverbpb.InsertStreamRequest{
+		Chunks: []*reverbpb.ChunkData{fuzzSeedChunk(1, 3)},
+		Items:  []*reverbpb.PrioritizedItem{fuzzSeedItem(10, "prio", 1, 1, 0, 3)},
+	})
+	badName := protowire.AppendTag(nil, 2, protowire.BytesType) // Dim.name
+	badName = protowire.AppendBytes(badName, []byte{0xc0})
+	for _, wrap := range []protowire.Number{2, 2, 1, 5} { // dim, tensor_shape, tensors, data
+		b := protowire.AppendTag(nil, wrap, protowire.BytesType)
+		badName = protowire.AppendBytes(b, badName)
+	}
+	badChunk := protowire.AppendBytes(protowire.AppendTag(slices.Clone(good), 1, protowire.BytesType), badName)
+	badItem := protowire.AppendBytes(protowire.AppendTag(slices.Clone(good), 2, protowire.BytesType), []byte{0x1a, 0x01, 0xff})
+
+	for _, tc := range []struct {
+		name string
+		b    []byte
+		want string
+	}{
+		{"truncated chunk", good[:10], "chunks[0] at byte 0: unexpected end of message"},
+		{"bad chunk", badChunk, "chunks[1].data.tensors.tensor_shape.dim.name: string field contains invalid UTF-8"},
+		{"bad item", badItem, "items[1]: "},
+		{"bad tag", append(slices.Clone(good), 0x80), "tag at byte"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := decodeInsert(t, tc.b)
+			if req.err == nil || !strings.Contains(req.err.Error(), tc.want) {
+				t.Fatalf("decode error %v, want one containing %q", req.err, tc.want)
+			}
+			if c := status.Code(toStatus(req.err)); c != codes.InvalidArgument {
+				t.Fatalf("code %v, want InvalidArgument", c)
+			}
+		})
+	}
+}
+
+// TestSampleResponsesMatchProto builds responses from stored bytes and the
+// same responses the way the server used to (messages marshaled with
+// proto.Marshal), and checks that both decode to the same messages, with
+// the same framing: small and big chunks, samples across the 2 MiB mark.
+func TestSampleResponsesMatchProto(t *testing.T) {
+	store := chunkstore.New()
+	var samples []table.Sampled
+	sizes := []int{300, 40 << 10, 1 << 20, 700 << 10, 10, inlineChunkBytes, inlineChunkBytes - 1}
+	for i := range 40 {
+		it := table.Item{Key: uint64(i + 1), Priority: float64(i), TimesSampled: int32(i), InsertedAt: int64(i) * 1e9,
+			Trajectory: &reverbpb.FlatTrajectory{Columns: []*reverbpb.FlatTrajectory_Column{{}}}}
+		for j := range 1 + i%3 {
+			key := uint64(100*i + j)
+			cd := &reverbpb.ChunkData{ChunkKey: key, SequenceRange: &reverbpb.SequenceRange{EpisodeId: 4},
+				Data: &reverbpb.ChunkData_Data{Tensors: []*tensorflowpb.TensorProto{{TensorContent: bytes.Repeat([]byte{byte(i)}, sizes[(i+j)%len(sizes)])}}}}
+			c := store.Insert(cd)
+			defer c.Unref()
+			it.Chunks = append(it.Chunks, c)
+			sl := &reverbpb.FlatTrajectory_ChunkSlice{ChunkKey: key, Length: 1}
+			it.Trajectory.Columns[0].ChunkSlices = append(it.Trajectory.Columns[0].ChunkSlices, sl)
+		}
+		samples = append(samples, table.Sampled{Item: it, Probability: 0.5, TableSize: 40, RateLimited: i%2 == 0})
+	}
+
+	var got []*reverbpb.SampleStreamResponse
+	var rb responseBuilder
+	for _, batch := range [][]table.Sampled{samples[:1], samples[1:25], samples[25:]} {
+		err := rb.sendSamples("t", batch, func(m *rawMessage) error {
+			resp, err := decodeResponse(m)
+			got = append(got, resp)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var want []*reverbpb.SampleStreamResponse
+	for _, batch := range [][]table.Sampled{samples[:1], samples[1:25], samples[25:]} {
+		if err := oldSendSamples("t", batch, func(r *reverbpb.SampleStreamResponse) error {
+			// As gRPC's proto codec sent it.
+			resp := &reverbpb.SampleStreamResponse{}
+			want = append(want, resp)
+			return proto.Unmarshal(mustMarshal(t, r), resp)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d responses, want %d", len(got), len(want))
+	}
+	for i := range got {
+		if !proto.Equal(got[i], want[i]) {
+			t.Fatalf("response %d differs:\ngot  %.300v\nwant %.300v", i, got[i], want[i])
+		}
+	}
+}
+
+// oldSendSamples is sendSamples as it was before responses were built by
+// hand, for TestSampleResponsesMatchProto.
+func oldSendSamples(tableName string, samples []table.Sampled, send func(*reverbpb.SampleStreamResponse) error) error {
+	resp := &reverbpb.SampleStreamResponse{}
+	size := 0
+	flush := func() error {
+		if len(resp.Entries) == 0 {
+			return nil
+		}
+		err := send(resp)
+		resp, size = &reverbpb.SampleStreamResponse{}, 0
+		return err
+	}
+	for i := range samples {
+		sm := &samples[i]
+		entry := &reverbpb.SampleStreamResponse_SampleEntry{Info: sampleInfo(tableName, sm)}
+		resp.Entries = append(resp.Entries, entry)
+		for j, c := range sm.Item.Chunks {
+			data, err := c.Data()
+			if err != nil {
+				return err
+			}
+			entry.Data = append(entry.Data, data)
+			size += c.Size()
+			if size >= maxResponseChunkBytes && j < len(sm.Item.Chunks)-1 {
+				if err := flush(); err != nil {
+					return err
+				}
+				entry = &reverbpb.SampleStreamResponse_SampleEntry{}
+				resp.Entries = append(resp.Entries, entry)
+			}
+		}
+		entry.EndOfSequence = true
+		if size >= maxResponseChunkBytes {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return flush()
+}
