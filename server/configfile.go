@@ -519,10 +519,12 @@ func checkSignatureSpec(dtype tensorflowpb.DataType, shape *tensorflowpb.TensorS
 // yamlFile is the top level of a YAML config. Fields are yaml.Node so that
 // errors can name lines; the decoder's KnownFields rejects unknown keys.
 type yamlFile struct {
-	Port          yaml.Node   `yaml:"port"`
-	Listen        yaml.Node   `yaml:"listen"`
-	CheckpointDir yaml.Node   `yaml:"checkpoint_dir"`
-	Tables        []yamlTable `yaml:"tables"`
+	Port          yaml.Node `yaml:"port"`
+	Listen        yaml.Node `yaml:"listen"`
+	CheckpointDir yaml.Node `yaml:"checkpoint_dir"`
+	// Bytes per second; see Config.CheckpointWriteRate.
+	CheckpointWriteRate yaml.Node   `yaml:"checkpoint_write_rate"`
+	Tables              []yamlTable `yaml:"tables"`
 	// Durable mode (the write-ahead log).
 	WAL yaml.Node `yaml:"wal"`
 
@@ -533,7 +535,7 @@ type yamlFile struct {
 	Storage yaml.Node `yaml:"storage"`
 }
 
-const yamlTopKeys = "port, listen, checkpoint_dir, tables, wal, remote_snapshots, storage"
+const yamlTopKeys = "port, listen, checkpoint_dir, checkpoint_write_rate, tables, wal, remote_snapshots, storage"
 
 // yamlTable is one entry of tables.
 type yamlTable struct {
@@ -595,6 +597,13 @@ func (p *cfgParser) parseYAML(data []byte, cfg *Config) error {
 			return err
 		}
 		cfg.CheckpointDir = dir
+	}
+	if !yamlAbsent(&f.CheckpointWriteRate) {
+		rate, err := p.yint(&f.CheckpointWriteRate, "checkpoint_write_rate")
+		if err != nil {
+			return err
+		}
+		cfg.CheckpointWriteRate = rate
 	}
 	if !yamlAbsent(&f.WAL) {
 		w, err := p.ywal(&f.WAL)

@@ -24,6 +24,7 @@ func runServe(args []string) int {
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	checkpointDir := fs.String("checkpoint-dir", "", "directory the Checkpoint RPC writes to (overrides the config's checkpoint_dir); at start the newest complete checkpoint in it is restored unless --restore is given")
 	restore := fs.String("restore", "", "restore this checkpoint at start: a checkpoint directory (as the Checkpoint RPC returns it) or its checkpoint.rvck file; the server refuses to start if it cannot be restored whole")
+	ckptRate := fs.Int64("checkpoint-write-rate", 0, fmt.Sprintf("cap on a checkpoint's writing, bytes per second, so that it disturbs serving less (overrides the config's checkpoint_write_rate; default %d; -1: no cap)", server.DefaultCheckpointWriteRate))
 	walFsync := fs.String("wal-fsync", "", "durable mode: log every change to a write-ahead log with this fsync policy: always, interval or never (overrides the config's wal.fsync; needs a checkpoint directory)")
 	walInterval := fs.Duration("wal-interval", 0, "fsync interval under --wal-fsync interval (default 100ms)")
 	walDir := fs.String("wal-dir", "", "write-ahead log directory (default: the checkpoint directory's wal/)")
@@ -65,6 +66,9 @@ func runServe(args []string) int {
 	}
 	if *checkpointDir != "" {
 		cfg.CheckpointDir = *checkpointDir
+	}
+	if *ckptRate != 0 {
+		cfg.CheckpointWriteRate = *ckptRate
 	}
 	if *walFsync != "" {
 		cfg.WAL.Fsync = *walFsync
