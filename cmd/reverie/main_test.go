@@ -625,6 +625,7 @@ func TestCheckpointLarge(t *testing.T) {
 	if st.Size() < int64(gb*(1<<30)) {
 		t.Errorf("checkpoint file is smaller than %v GiB", gb)
 	}
+	dist := sampleDistribution(t, conn, 200)
 	p.kill(t)
 
 	t0 = time.Now()
@@ -644,7 +645,13 @@ func TestCheckpointLarge(t *testing.T) {
 		t.Fatalf("restored server exited: %v", err)
 	default:
 	}
-	// Uniform sampling over the same items.
+	// The same sample distribution: a uniform sampler over the same
+	// number of items gives every sample the same probability and table
+	// size.
+	if got := sampleDistribution(t, conn, 200); got != dist {
+		t.Fatalf("sample distribution after restore %+v, before %+v", got, dist)
+	}
+	t.Logf("sample distribution before and after restore: %+v", dist)
 	_, s := runBenchJSON(t, p, "--mode", "sample", "--items", "1000", "--addr", p.addr, "--payload", strconv.Itoa(payload))
 	if s.Errors != 0 || s.Items != 1000 {
 		t.Fatalf("sampling the restored table: %s", s)
@@ -700,4 +707,45 @@ func TestSnapshotsNewMachine(t *testing.T) {
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(out), "requires checkpoint_dir") {
 		t.Fatalf("--snapshot-url without --checkpoint-dir: exit %v\n%s", err, out)
 	}
+}
+
+// distribution summarises samples of the "replay" table: the probability
+// and table size every sample reported (the test fails if they vary).
+type distribution struct {
+	Probability float64
+	TableSize   int64
+}
+
+func sampleDistribution(t *testing.T, conn *grpc.ClientConn, n int64) distribution {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := reverbpb.NewReverbServiceClient(conn).SampleStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.CloseSend()
+	if err := st.Send(&reverbpb.SampleStreamRequest{Table: "replay", NumSamples: n}); err != nil {
+		t.Fatal(err)
+	}
+	var d distribution
+	for got := int64(0); got < n; {
+		resp, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range resp.GetEntries() {
+			if info := e.GetInfo(); info != nil {
+				cur := distribution{info.GetProbability(), info.GetTableSize()}
+				if got > 0 && cur != d {
+					t.Fatalf("sample %d: %+v, earlier samples %+v", got, cur, d)
+				}
+				d = cur
+			}
+			if e.GetEndOfSequence() {
+				got++
+			}
+		}
+	}
+	return d
 }
