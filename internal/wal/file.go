@@ -86,14 +86,14 @@ func (s *segment) write(b []byte) error {
 	s.size += int64(n)
 	s.dirty = true
 	if err != nil {
-		return fmt.Errorf("wal: write %s: %w", s.path, err)
+		return fmt.Errorf("wal: %w", err) // a *PathError: it names the file
 	}
 	return nil
 }
 
 func (s *segment) sync() error {
 	if err := s.f.Sync(); err != nil {
-		return fmt.Errorf("wal: fsync %s: %w", s.path, err)
+		return fmt.Errorf("wal: %w", err)
 	}
 	s.dirty = false
 	return nil

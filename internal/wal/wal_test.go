@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -264,5 +265,45 @@ func TestCorruptMiddle(t *testing.T) {
 	}
 	if _, err := Replay(dir, 0, func(*Record) error { return nil }); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("gap: got %v", err)
+	}
+}
+
+// TestWriteFailure makes the segment file fail under the writer and checks
+// that the log stops: WaitDurable reports the error for the record that was
+// not written and for every later one, and Close returns it.
+func TestWriteFailure(t *testing.T) {
+	dir := t.TempDir()
+	l := openLog(t, dir, SyncAlways, 0)
+	store := write(t, l, 1, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := l.WaitDurable(ctx, l.Last()); err != nil {
+		t.Fatal(err)
+	}
+	// The disk "fails": every write and fsync from now on errors.
+	l.seg.f.Close()
+	write(t, l, 10, 1)
+	err := l.WaitDurable(ctx, l.Last())
+	if err == nil || !strings.Contains(err.Error(), "wal: write "+l.seg.path) {
+		t.Fatalf("WaitDurable after a failed write: %v", err)
+	}
+	if l.Err() == nil {
+		t.Fatal("Err is nil after a failed write")
+	}
+	write(t, l, 20, 1)
+	if err := l.WaitDurable(ctx, l.Last()); err == nil {
+		t.Fatal("WaitDurable succeeded after the log failed")
+	}
+	if err := l.Close(); err == nil {
+		t.Fatal("Close returned nil after the log failed")
+	}
+	// The records written before the failure are intact; the chunks the
+	// log held are released.
+	if store.Len() != 0 {
+		t.Fatalf("the log kept %d chunk references", store.Len())
+	}
+	recs, _ := replayAll(t, dir, 0)
+	if len(recs) != 10 {
+		t.Fatalf("%d records survive, want the 10 written before the failure", len(recs))
 	}
 }
