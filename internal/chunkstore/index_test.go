@@ -30,8 +30,8 @@ func TestIndexMatchesMap(t *testing.T) {
 		if got := ix.get(key); got != m[key] {
 			t.Fatalf("op %d: get(%d) = %p, map has %p", op, key, got, m[key])
 		}
-		if ix.n != len(m) {
-			t.Fatalf("op %d: %d entries, map has %d", op, ix.n, len(m))
+		if ix.m.Len() != len(m) {
+			t.Fatalf("op %d: %d entries, map has %d", op, ix.m.Len(), len(m))
 		}
 	}
 	for k, c := range m {

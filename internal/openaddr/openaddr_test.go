@@ -1,0 +1,68 @@
+package openaddr
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+// TestMatchesGoMap runs random sets, deletes, conditional deletes and
+// resets against a Map and a Go map, with keys from small ranges so that
+// runs collide, wrap around the end of the entries and are shifted back by
+// deletes.
+func TestMatchesGoMap(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, keyRange := range []uint64{8, 300, 1 << 20} {
+		m, ref := WithSeed[uint32](rng.Uint64()), map[uint64]uint32{}
+		for op := range 200_000 {
+			key := rng.Uint64N(keyRange)
+			v := uint32(1 + rng.IntN(8))
+			switch rng.IntN(7) {
+			case 0, 1, 2:
+				m.Set(key, v)
+				ref[key] = v
+			case 3, 4:
+				m.Delete(key)
+				delete(ref, key)
+			case 5:
+				m.DeleteIf(key, v)
+				if ref[key] == v {
+					delete(ref, key)
+				}
+			case 6:
+				if rng.IntN(1000) == 0 {
+					m.Reset()
+					clear(ref)
+				}
+			}
+			probe := rng.Uint64N(keyRange)
+			got, ok := m.Get(probe)
+			want, wantOK := ref[probe]
+			if got != want || ok != wantOK {
+				t.Fatalf("range %d op %d: Get(%d) = %d, %v; want %d, %v", keyRange, op, probe, got, ok, want, wantOK)
+			}
+			if m.Len() != len(ref) {
+				t.Fatalf("range %d op %d: Len %d, want %d", keyRange, op, m.Len(), len(ref))
+			}
+		}
+		seen := 0
+		m.All(func(k uint64, v uint32) {
+			seen++
+			if ref[k] != v {
+				t.Fatalf("range %d: All yields %d=%d, want %d", keyRange, k, v, ref[k])
+			}
+		})
+		if seen != len(ref) {
+			t.Fatalf("range %d: All yields %d keys, want %d", keyRange, seen, len(ref))
+		}
+	}
+}
+
+func TestSetZeroPanics(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Fatal("Set of the zero value did not panic")
+		}
+	}()
+	var m Map[*int]
+	m.Set(1, nil)
+}
