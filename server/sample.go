@@ -85,13 +85,10 @@ func (s *Server) serveSampleRequest(ctx context.Context, req *reverbpb.SampleStr
 		// Under fsync always, a sample is sent only once its effect
 		// (times_sampled, a max_times_sampled delete) is on disk, so a
 		// crash cannot make a queue deliver an item twice.
-		if err := s.waitDurable(ctx); err != nil {
-			for i := range samples {
-				samples[i].Unpin()
-			}
-			return err
+		err = s.waitDurable(ctx)
+		if err == nil {
+			err = rb.sendSamples(t.Name(), samples, send)
 		}
-		err = rb.sendSamples(t.Name(), samples, send)
 		for i := range samples {
 			samples[i].Unpin()
 		}

@@ -23,6 +23,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/reverie-rl/reverie/api/reverbpb"
@@ -179,6 +180,9 @@ type Log struct {
 	}
 	wake chan struct{}
 	done chan struct{}
+	// failed is set with mu.err, so that Err, called for every insert,
+	// does not take the lock while the log is sound.
+	failed atomic.Bool
 
 	// Owned by the writer goroutine.
 	seg      *segment
@@ -249,6 +253,9 @@ func (l *Log) Last() uint64 {
 
 // Err is the error that stopped the log, if any.
 func (l *Log) Err() error {
+	if !l.failed.Load() {
+		return nil
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.mu.err
@@ -439,6 +446,7 @@ func (l *Log) run() {
 		l.mu.spare = batch[:0]
 		if err != nil && l.mu.err == nil {
 			l.mu.err = err
+			l.failed.Store(true)
 			l.log.Error("write-ahead log failed; changes are no longer logged", "dir", l.opts.Dir, "err", err)
 		}
 		if l.mu.err == nil {
@@ -473,6 +481,7 @@ func (l *Log) run() {
 				l.mu.Lock()
 				if l.mu.err == nil {
 					l.mu.err = err
+					l.failed.Store(true)
 				}
 				l.mu.Unlock()
 			}
