@@ -399,18 +399,8 @@ func (s *Server) restore(path string) (uint64, error) {
 
 func restoreItem(t *serverTable, r *checkpoint.Record, chunks map[uint64]*chunkstore.Chunk) error {
 	pi := r.Item
-	var cs []*chunkstore.Chunk
-	for _, col := range pi.GetFlatTrajectory().GetColumns() {
-		for _, sl := range col.GetChunkSlices() {
-			c := chunks[sl.GetChunkKey()] // Verify checked that it is there
-			if !containsChunk(cs, c) {
-				cs = append(cs, c)
-			}
-		}
-	}
-	for _, c := range cs {
-		c.Ref()
-	}
+	// Verify checked that every chunk is there.
+	cs, _, _ := trajectoryChunks(pi.GetFlatTrajectory(), func(key uint64) *chunkstore.Chunk { return chunks[key] })
 	var insertedAt int64
 	if pi.GetInsertedAt() != nil {
 		insertedAt = pi.GetInsertedAt().AsTime().UnixNano()
@@ -424,9 +414,7 @@ func restoreItem(t *serverTable, r *checkpoint.Record, chunks map[uint64]*chunks
 		Chunks:       cs,
 	})
 	if err != nil {
-		for _, c := range cs {
-			c.Unref()
-		}
+		unrefAll(cs)
 		return fmt.Errorf("table %q: item record at byte offset %d: %w", t.Name(), r.Offset, err)
 	}
 	return nil

@@ -162,31 +162,21 @@ func (s *Server) recoverWAL(mark uint64) error {
 }
 
 func (s *Server) replayInsert(t *serverTable, r *wal.Record, chunks map[uint64]*chunkstore.Chunk) error {
-	var cs []*chunkstore.Chunk
-	release := func() {
-		for _, c := range cs {
-			c.Unref()
+	cs, missing, ok := trajectoryChunks(r.Trajectory, func(key uint64) *chunkstore.Chunk {
+		if c := chunks[key]; c != nil {
+			return c
 		}
-	}
-	for _, col := range r.Trajectory.GetColumns() {
-		for _, sl := range col.GetChunkSlices() {
-			key := sl.GetChunkKey()
-			c := chunks[key]
-			if c == nil {
-				// Restored from the checkpoint: take a reference of our
-				// own, as the loader does for the log's chunks.
-				if c = s.chunks.Get(key); c == nil {
-					release()
-					return fmt.Errorf("%w: %s at byte offset %d: insert of item %d names chunk %d, which neither the checkpoint nor the log holds",
-						wal.ErrCorrupt, r.File, r.Offset, r.Key, key)
-				}
-				chunks[key] = c
-			}
-			if !containsChunk(cs, c) {
-				c.Ref()
-				cs = append(cs, c)
-			}
+		// Restored from the checkpoint: take a reference of our own, as
+		// the loader does for the log's chunks.
+		c := s.chunks.Get(key)
+		if c != nil {
+			chunks[key] = c
 		}
+		return c
+	})
+	if !ok {
+		return fmt.Errorf("%w: %s at byte offset %d: insert of item %d names chunk %d, which neither the checkpoint nor the log holds",
+			wal.ErrCorrupt, r.File, r.Offset, r.Key, missing)
 	}
 	err := t.ReplayInsert(table.Item{
 		Key:        r.Key,
@@ -196,7 +186,7 @@ func (s *Server) replayInsert(t *serverTable, r *wal.Record, chunks map[uint64]*
 		Chunks:     cs,
 	})
 	if err != nil {
-		release()
+		unrefAll(cs)
 		return fmt.Errorf("%w: %s at byte offset %d: table %q: %v", wal.ErrCorrupt, r.File, r.Offset, t.Name(), err)
 	}
 	return nil

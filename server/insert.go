@@ -191,6 +191,35 @@ func checkSlice(sl *reverbpb.FlatTrajectory_ChunkSlice, c *chunkstore.Chunk) err
 	return nil
 }
 
+// trajectoryChunks returns the distinct chunks traj names, in order of first
+// appearance, each with a new reference for the caller. lookup finds a
+// chunk by key (without a reference of its own to hand over). If lookup
+// finds no chunk for a key, trajectoryChunks takes no reference and returns
+// that key and false.
+func trajectoryChunks(traj *reverbpb.FlatTrajectory, lookup func(key uint64) *chunkstore.Chunk) (cs []*chunkstore.Chunk, missing uint64, ok bool) {
+	for _, col := range traj.GetColumns() {
+		for _, sl := range col.GetChunkSlices() {
+			c := lookup(sl.GetChunkKey())
+			if c == nil {
+				return nil, sl.GetChunkKey(), false
+			}
+			if !containsChunk(cs, c) {
+				cs = append(cs, c)
+			}
+		}
+	}
+	for _, c := range cs {
+		c.Ref()
+	}
+	return cs, 0, true
+}
+
+func unrefAll(cs []*chunkstore.Chunk) {
+	for _, c := range cs {
+		c.Unref()
+	}
+}
+
 func containsChunk(cs []*chunkstore.Chunk, c *chunkstore.Chunk) bool {
 	for _, x := range cs {
 		if x == c {

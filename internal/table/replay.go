@@ -27,21 +27,8 @@ func (t *Table) ReplayInsert(item Item) error {
 	if _, ok := t.mu.keys.get(item.Key); ok {
 		return fmt.Errorf("%w: item %d is already in the table", ErrInvalidItem, item.Key)
 	}
-	slot, it := t.mu.items.alloc()
-	*it = item
-	it.TimesSampled = 0
-	it.Seq = t.mu.nextSeq
-	t.mu.nextSeq++
-	t.mu.keys.put(it.Key, slot)
-	if err := t.mu.sampler.Insert(slot, it.Priority); err != nil {
-		panic(fmt.Sprintf("table %q: sampler refused checked item: %v", t.name, err))
-	}
-	if err := t.mu.remover.Insert(slot, it.Priority); err != nil {
-		panic(fmt.Sprintf("table %q: remover refused checked item: %v", t.name, err))
-	}
-	for _, c := range it.Chunks {
-		t.mu.episodes[c.EpisodeID()]++
-	}
+	item.TimesSampled = 0
+	it := t.addLocked(&item)
 	t.mu.limiter.Insert()
 	for _, e := range t.exts {
 		e.OnInsert(it)

@@ -77,20 +77,7 @@ func (t *Table) RestoreItem(item Item) error {
 	if _, ok := t.mu.keys.get(item.Key); ok {
 		return fmt.Errorf("%w: key %d appears twice", ErrInvalidItem, item.Key)
 	}
-	slot, it := t.mu.items.alloc()
-	*it = item
-	it.Seq = t.mu.nextSeq
-	t.mu.nextSeq++
-	t.mu.keys.put(it.Key, slot)
-	if err := t.mu.sampler.Insert(slot, it.Priority); err != nil {
-		panic(fmt.Sprintf("table %q: sampler refused checked item: %v", t.name, err))
-	}
-	if err := t.mu.remover.Insert(slot, it.Priority); err != nil {
-		panic(fmt.Sprintf("table %q: remover refused checked item: %v", t.name, err))
-	}
-	for _, c := range it.Chunks {
-		t.mu.episodes[c.EpisodeID()]++
-	}
+	it := t.addLocked(&item)
 	for _, e := range t.exts {
 		if r, ok := e.(RestoreExtension); ok {
 			r.OnRestore(it)

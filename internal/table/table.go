@@ -351,24 +351,9 @@ func (t *Table) applyInsertLocked(item *Item) {
 		}
 		return
 	}
-	slot, it := t.mu.items.alloc()
-	*it = *item
-	it.InsertedAt = t.now()
-	it.TimesSampled = 0
-	it.Seq = t.mu.nextSeq
-	t.mu.nextSeq++
-	t.mu.keys.put(it.Key, slot)
-	// Priorities were checked before the item was queued and slots are new,
-	// so neither selector can refuse.
-	if err := t.mu.sampler.Insert(slot, it.Priority); err != nil {
-		panic(fmt.Sprintf("table %q: sampler refused checked item: %v", t.name, err))
-	}
-	if err := t.mu.remover.Insert(slot, it.Priority); err != nil {
-		panic(fmt.Sprintf("table %q: remover refused checked item: %v", t.name, err))
-	}
-	for _, c := range it.Chunks {
-		t.mu.episodes[c.EpisodeID()]++
-	}
+	item.InsertedAt = t.now()
+	item.TimesSampled = 0
+	it := t.addLocked(item)
 	t.mu.limiter.Insert()
 	for _, e := range t.exts {
 		e.OnInsert(it)
@@ -378,6 +363,30 @@ func (t *Table) applyInsertLocked(item *Item) {
 			t.deleteLocked(victim.Slot)
 		}
 	}
+}
+
+// addLocked puts a new item in a free slot with the next Seq and indexes
+// it: key, sampler, remover and episodes. The caller has checked its
+// priority and that its key is not in the table; it counts the item in the
+// rate limiter and runs the extensions.
+func (t *Table) addLocked(item *Item) *Item {
+	slot, it := t.mu.items.alloc()
+	*it = *item
+	it.Seq = t.mu.nextSeq
+	t.mu.nextSeq++
+	t.mu.keys.put(it.Key, slot)
+	// Priorities were checked and slots are new, so neither selector can
+	// refuse.
+	if err := t.mu.sampler.Insert(slot, it.Priority); err != nil {
+		panic(fmt.Sprintf("table %q: sampler refused checked item: %v", t.name, err))
+	}
+	if err := t.mu.remover.Insert(slot, it.Priority); err != nil {
+		panic(fmt.Sprintf("table %q: remover refused checked item: %v", t.name, err))
+	}
+	for _, c := range it.Chunks {
+		t.mu.episodes[c.EpisodeID()]++
+	}
+	return it
 }
 
 func (t *Table) updateSelectorsLocked(slot selector.Slot, priority float64) {
