@@ -21,6 +21,7 @@ $CONFORMANCE_TEST_TIMEOUT_S): a hang fails the test instead of the suite. Becaus
 the process leaves with os._exit once pytest has reported.
 """
 
+import functools
 import os
 import re
 import shutil
@@ -91,13 +92,33 @@ class ServerProcess:
       return ''
 
 
-def _die_with_parent():
-  """Makes the child get SIGTERM when pytest dies (Linux's PDEATHSIG)."""
+def _popen(args, **kwargs):
+  """subprocess.Popen of args under `setpriv --pdeathsig TERM`, when setpriv
+  can do it, so that the child gets SIGTERM when pytest dies (Linux's
+  PDEATHSIG). setpriv execs the command, so the pid is the child's own.
+
+  This replaces a prctl call in a preexec function: with one, Popen forks
+  the process, gRPC threads and all, and runs gRPC's fork handlers in the
+  child; now and then that crashed the child before it could exec
+  ("epoll_wait error: Bad file descriptor" in its log and no server).
+  Without one, Popen uses vfork and no handler runs.
+  """
+  if _setpriv_pdeathsig():
+    args = ['setpriv', '--pdeathsig', 'TERM', '--'] + list(args)
+  return subprocess.Popen(args, **kwargs)  # pylint: disable=consider-using-with
+
+
+@functools.lru_cache(maxsize=None)
+def _setpriv_pdeathsig():
+  setpriv = shutil.which('setpriv')
+  if not setpriv:
+    return False
   try:
-    import ctypes  # pylint: disable=g-import-not-at-top
-    ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, signal.SIGTERM)
-  except (OSError, AttributeError):
-    pass
+    out = subprocess.run([setpriv, '--help'], capture_output=True, text=True,
+                         timeout=10, check=False)
+  except (OSError, subprocess.SubprocessError):
+    return False
+  return '--pdeathsig' in out.stdout
 
 
 def _wait_for_port(host, port, deadline):
@@ -123,11 +144,10 @@ def reverie_binary():
 def start_reverie(config_path, log_path):
   """`reverie serve` on 127.0.0.1, a free port; its address from its log."""
   log = open(log_path, 'w')
-  proc = subprocess.Popen(
+  proc = _popen(
       [reverie_binary(), 'serve', '--config', config_path,
        '--listen', '127.0.0.1:0'],
-      stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-      preexec_fn=_die_with_parent)
+      stdin=subprocess.DEVNULL, stdout=log, stderr=log)
   log.close()
   deadline = time.monotonic() + START_TIMEOUT_S
   pattern = re.compile(r'msg="reverie serving" addr=(\S+)')
@@ -151,10 +171,9 @@ def start_reverie(config_path, log_path):
 def start_reverb(config_path, log_path):
   """Reverb's server through reverb_launcher.py; it prints `port=N`."""
   log = open(log_path, 'w')
-  proc = subprocess.Popen(
+  proc = _popen(
       [sys.executable, LAUNCHER, config_path, '--stdin-eof'],
-      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-      preexec_fn=_die_with_parent)
+      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log)
   log.close()
   line = []
 

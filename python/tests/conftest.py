@@ -24,6 +24,7 @@ process leaves with os._exit once pytest has reported, so that a hung
 background thread cannot keep it alive.
 """
 
+import functools
 import os
 import re
 import shutil
@@ -110,13 +111,33 @@ class ServerProcess:
       return ''
 
 
-def _die_with_parent():
-  """The child gets SIGTERM when pytest dies (Linux's PDEATHSIG)."""
+def _popen(args, **kwargs):
+  """subprocess.Popen of args under `setpriv --pdeathsig TERM`, when setpriv
+  can do it, so that the child gets SIGTERM when pytest dies (Linux's
+  PDEATHSIG). setpriv execs the command, so the pid is the child's own.
+
+  This replaces a prctl call in a preexec function: with one, Popen forks
+  the process, gRPC threads and all, and runs gRPC's fork handlers in the
+  child; now and then that crashed the child before it could exec
+  ("epoll_wait error: Bad file descriptor" in its log and no server).
+  Without one, Popen uses vfork and no handler runs.
+  """
+  if _setpriv_pdeathsig():
+    args = ['setpriv', '--pdeathsig', 'TERM', '--'] + list(args)
+  return subprocess.Popen(args, **kwargs)  # pylint: disable=consider-using-with
+
+
+@functools.lru_cache(maxsize=None)
+def _setpriv_pdeathsig():
+  setpriv = shutil.which('setpriv')
+  if not setpriv:
+    return False
   try:
-    import ctypes  # pylint: disable=g-import-not-at-top
-    ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, signal.SIGTERM)
-  except (OSError, AttributeError):
-    pass
+    out = subprocess.run([setpriv, '--help'], capture_output=True, text=True,
+                         timeout=10, check=False)
+  except (OSError, subprocess.SubprocessError):
+    return False
+  return '--pdeathsig' in out.stdout
 
 
 def wait_for_port(host, port, deadline):
@@ -157,8 +178,8 @@ def start_reverie(config_path, log_path, listen='127.0.0.1:0',
   if checkpoint_dir:
     args += ['--checkpoint-dir', checkpoint_dir]
   log = open(log_path, 'w')
-  proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log,
-                          stderr=log, preexec_fn=_die_with_parent)
+  proc = _popen(args, stdin=subprocess.DEVNULL, stdout=log,
+                          stderr=log)
   log.close()
   deadline = time.monotonic() + 60
   pattern = re.compile(r'msg="reverie serving" addr=(\S+)')
@@ -186,9 +207,9 @@ def start_reverb(python, config_path, log_path):
                        'scripts/reverb-env.sh')
   log = open(log_path, 'w')
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
-  proc = subprocess.Popen([python, LAUNCHER, config_path, '--stdin-eof'],
+  proc = _popen([python, LAUNCHER, config_path, '--stdin-eof'],
                           stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                          stderr=log, env=env, preexec_fn=_die_with_parent)
+                          stderr=log, env=env)
   log.close()
   line = []
 
