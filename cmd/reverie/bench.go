@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -40,6 +41,7 @@ type benchConfig struct {
 	maxInFlight  int // unconfirmed items per writer
 	timeout      time.Duration
 	json         bool
+	cpuProfile   string
 }
 
 func (c *benchConfig) addFlags(fs *flag.FlagSet) {
@@ -56,6 +58,7 @@ func (c *benchConfig) addFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.maxInFlight, "max-in-flight-items", client.DefaultMaxInFlightItems, "unconfirmed items per writer (MaxInFlightItems)")
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "how long to wait for the server to be reachable")
 	fs.BoolVar(&c.json, "json", false, "print the results as one JSON object on stdout")
+	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of this client (not the server) to this file")
 }
 
 func (c *benchConfig) validate() error {
@@ -154,6 +157,20 @@ func runBench(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if cfg.cpuProfile != "" {
+		f, err := os.Create(cfg.cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "reverie bench: --cpuprofile: %v\n", err)
+			return 2
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		}()
+	}
 	rep, err := bench(ctx, &cfg, os.Stderr, isTerminal(os.Stderr))
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "reverie bench: %v\n", err)
