@@ -17,7 +17,6 @@ import (
 	"github.com/reverie-rl/reverie/internal/wal"
 	"github.com/reverie-rl/reverie/selector"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // checkpointer runs one checkpoint at a time. A Checkpoint call that
@@ -159,6 +158,8 @@ func (s *Server) writeCheckpoint(ctx context.Context) (string, error) {
 	var items, chunkBytes int64
 	pace := newPacer(s.cfg.checkpointRate())
 	var cs table.SnapshotStats // summed over the tables; MaxHold is the max
+	var keys []uint64          // scratch: an item's chunk keys
+	var itemEnc []byte         // scratch: an item's encoding
 	for i, sn := range snaps {
 		st := s.tables[s.names[i]]
 		sn.Capture()
@@ -186,15 +187,12 @@ func (s *Server) writeCheckpoint(ctx context.Context) (string, error) {
 					pace.wrote(c.Size())
 				}
 			}
-			err := w.Item(&reverbpb.PrioritizedItem{
-				Key:            it.Key,
-				Table:          st.Name(),
-				Priority:       it.Priority,
-				TimesSampled:   it.TimesSampled,
-				InsertedAt:     timestamppb.New(time.Unix(0, it.InsertedAt)),
-				FlatTrajectory: it.Trajectory,
-			})
-			if err != nil {
+			keys = keys[:0]
+			for _, c := range it.Chunks {
+				keys = append(keys, c.Key())
+			}
+			itemEnc = appendItem(itemEnc[:0], st.Name(), it)
+			if err := w.ItemEncoded(it.Key, keys, itemEnc); err != nil {
 				break
 			}
 			if n++; n == 1 {
@@ -410,7 +408,7 @@ func restoreItem(t *serverTable, r *checkpoint.Record, chunks map[uint64]*chunks
 		Priority:     pi.GetPriority(),
 		TimesSampled: pi.GetTimesSampled(),
 		InsertedAt:   insertedAt,
-		Trajectory:   pi.GetFlatTrajectory(),
+		Trajectory:   table.EncodeTrajectory(pi.GetFlatTrajectory()),
 		Chunks:       cs,
 	})
 	if err != nil {

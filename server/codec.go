@@ -56,7 +56,11 @@ type rawMessage struct {
 type insertRequest struct {
 	chunks []encodedChunk
 	items  []*reverbpb.PrioritizedItem
-	keep   []uint64 // keep_chunk_keys
+	// trajs[i] is the encoding of items[i]'s flat_trajectory as it
+	// arrived (owned), or nil when it must be encoded again (absent, or
+	// sent in several parts that proto merges).
+	trajs [][]byte
+	keep  []uint64 // keep_chunk_keys
 	// err is the first problem found decoding the request; it wraps
 	// ErrInvalidRequest and names the field. The other fields then hold
 	// what was decoded before it.
@@ -175,10 +179,12 @@ func (m *insertRequest) decodeBytesField(num protowire.Number, r *sliceReader, n
 		m.chunks = append(m.chunks, encodedChunk{meta: meta, enc: enc})
 	case insertItemsField:
 		it := new(reverbpb.PrioritizedItem)
-		if err := proto.Unmarshal(r.next(n), it); err != nil {
+		b := r.next(n)
+		if err := proto.Unmarshal(b, it); err != nil {
 			return fmt.Errorf("%s: %v", m.fieldName(num), err)
 		}
 		m.items = append(m.items, it)
+		m.trajs = append(m.trajs, trajectoryBytes(b))
 	case insertKeepField:
 		for b := r.next(n); len(b) > 0; {
 			x, k := protowire.ConsumeVarint(b)
@@ -192,6 +198,39 @@ func (m *insertRequest) decodeBytesField(num protowire.Number, r *sliceReader, n
 		return r.skip(n)
 	}
 	return nil
+}
+
+// trajectoryBytes returns a copy of the flat_trajectory field of the
+// encoded PrioritizedItem b, which proto.Unmarshal accepted, if it occurs
+// exactly once; otherwise nil.
+func trajectoryBytes(b []byte) []byte {
+	var traj []byte
+	seen := false
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return nil
+		}
+		b = b[n:]
+		if num == itemTrajectoryField && typ == protowire.BytesType {
+			v, k := protowire.ConsumeBytes(b)
+			if k < 0 || seen {
+				return nil
+			}
+			traj, seen = v, true
+			b = b[k:]
+			continue
+		}
+		k := protowire.ConsumeFieldValue(num, typ, b)
+		if k < 0 {
+			return nil
+		}
+		b = b[k:]
+	}
+	if len(traj) == 0 {
+		return nil
+	}
+	return bytes.Clone(traj)
 }
 
 var errTruncated = errors.New("unexpected end of message")

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/reverie-rl/reverie/api/reverbpb"
 	"github.com/reverie-rl/reverie/api/tensorflowpb"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // split cuts b into pieces of at most n bytes, as gRPC hands a large
@@ -133,8 +135,8 @@ func TestSampleResponsesMatchProto(t *testing.T) {
 	var samples []table.Sampled
 	sizes := []int{300, 40 << 10, 1 << 20, 700 << 10, 10, inlineChunkBytes, inlineChunkBytes - 1}
 	for i := range 40 {
-		it := table.Item{Key: uint64(i + 1), Priority: float64(i), TimesSampled: int32(i), InsertedAt: int64(i) * 1e9,
-			Trajectory: &reverbpb.FlatTrajectory{Columns: []*reverbpb.FlatTrajectory_Column{{}}}}
+		it := table.Item{Key: uint64(i + 1), Priority: float64(i), TimesSampled: int32(i), InsertedAt: int64(i) * 1e9}
+		traj := &reverbpb.FlatTrajectory{Columns: []*reverbpb.FlatTrajectory_Column{{}}}
 		for j := range 1 + i%3 {
 			key := uint64(100*i + j)
 			cd := &reverbpb.ChunkData{ChunkKey: key, SequenceRange: &reverbpb.SequenceRange{EpisodeId: 4},
@@ -143,8 +145,9 @@ func TestSampleResponsesMatchProto(t *testing.T) {
 			defer c.Unref()
 			it.Chunks = append(it.Chunks, c)
 			sl := &reverbpb.FlatTrajectory_ChunkSlice{ChunkKey: key, Length: 1}
-			it.Trajectory.Columns[0].ChunkSlices = append(it.Trajectory.Columns[0].ChunkSlices, sl)
+			traj.Columns[0].ChunkSlices = append(traj.Columns[0].ChunkSlices, sl)
 		}
+		it.Trajectory = table.EncodeTrajectory(traj)
 		samples = append(samples, table.Sampled{Item: it, Probability: 0.5, TableSize: 40, RateLimited: i%2 == 0})
 	}
 
@@ -221,4 +224,25 @@ func oldSendSamples(tableName string, samples []table.Sampled, send func(*reverb
 		}
 	}
 	return flush()
+}
+
+// sampleInfo is the SampleInfo of sm as a message, for comparisons.
+func sampleInfo(tableName string, sm *table.Sampled) *reverbpb.SampleInfo {
+	traj := &reverbpb.FlatTrajectory{}
+	if err := proto.Unmarshal(sm.Item.Trajectory, traj); err != nil {
+		panic(err)
+	}
+	return &reverbpb.SampleInfo{
+		Item: &reverbpb.PrioritizedItem{
+			Key:            sm.Item.Key,
+			Table:          tableName,
+			Priority:       sm.Item.Priority,
+			TimesSampled:   sm.Item.TimesSampled,
+			InsertedAt:     timestamppb.New(time.Unix(0, sm.Item.InsertedAt)),
+			FlatTrajectory: traj,
+		},
+		Probability: sm.Probability,
+		TableSize:   sm.TableSize,
+		RateLimited: sm.RateLimited,
+	}
 }

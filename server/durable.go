@@ -182,7 +182,7 @@ func (s *Server) replayInsert(t *serverTable, r *wal.Record, chunks map[uint64]*
 		Key:        r.Key,
 		Priority:   r.Priority,
 		InsertedAt: r.InsertedAt,
-		Trajectory: r.Trajectory,
+		Trajectory: r.TrajectoryBytes,
 		Chunks:     cs,
 	})
 	if err != nil {

@@ -113,7 +113,7 @@ func FuzzInsertStream(f *testing.F) {
 
 		sreq := &reverbpb.SampleStreamRequest{}
 		if proto.Unmarshal(b3, sreq) == nil {
-			err := s.serveSampleRequest(ctx, sreq, func(m *rawMessage) error {
+			err := s.serveSampleRequest(ctx, sreq, &responseBuilder{}, func(m *rawMessage) error {
 				_, err := decodeResponse(m)
 				return err
 			})
@@ -188,7 +188,7 @@ func FuzzSampleStream(f *testing.F) {
 		ist.releaseAll()
 
 		complete, open := int64(0), false
-		err = s.serveSampleRequest(ctx, req, func(m *rawMessage) error {
+		err = s.serveSampleRequest(ctx, req, &responseBuilder{}, func(m *rawMessage) error {
 			resp, err := decodeResponse(m)
 			if err != nil {
 				t.Fatalf("the server sent a response that does not decode: %v", err)

@@ -91,7 +91,11 @@ func (is *insertStream) handle(ctx context.Context, req *insertRequest, confirm 
 		return nil
 	}
 	for i, pi := range req.items {
-		if err := is.insert(ctx, i, pi); err != nil {
+		var traj []byte
+		if i < len(req.trajs) {
+			traj = req.trajs[i]
+		}
+		if err := is.insert(ctx, i, pi, traj); err != nil {
 			return err
 		}
 		if w := is.srv.wal; w != nil {
@@ -104,7 +108,9 @@ func (is *insertStream) handle(ctx context.Context, req *insertRequest, confirm 
 	return is.keep(req.keep)
 }
 
-func (is *insertStream) insert(ctx context.Context, i int, pi *reverbpb.PrioritizedItem) error {
+// insert adds request item i; traj is its trajectory's encoding as it
+// arrived, or nil to encode it here.
+func (is *insertStream) insert(ctx context.Context, i int, pi *reverbpb.PrioritizedItem, traj []byte) error {
 	t, ok := is.srv.tables[pi.GetTable()]
 	if !ok {
 		_, err := is.srv.table(fmt.Sprintf("items[%d].table", i), pi.GetTable())
@@ -117,13 +123,16 @@ func (is *insertStream) insert(ctx context.Context, i int, pi *reverbpb.Prioriti
 	if err := t.CheckPriority(pi.GetPriority()); err != nil {
 		return fmt.Errorf("items[%d].priority: %w", i, err)
 	}
+	if traj == nil {
+		traj = table.EncodeTrajectory(pi.GetFlatTrajectory())
+	}
 	for _, c := range chunks {
 		c.Ref()
 	}
 	item := table.Item{
 		Key:        pi.GetKey(),
 		Priority:   pi.GetPriority(),
-		Trajectory: pi.GetFlatTrajectory(),
+		Trajectory: traj,
 		Chunks:     chunks,
 	}
 	if err := t.Insert(ctx, item); err != nil {

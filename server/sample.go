@@ -11,8 +11,6 @@ import (
 	"github.com/reverie-rl/reverie/internal/table"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 const (
@@ -29,6 +27,7 @@ const (
 func (s *Server) SampleStream(stream reverbpb.ReverbService_SampleStreamServer) error {
 	ctx := stream.Context()
 	reqs := recvLoop(ctx, stream.Recv)
+	var rb responseBuilder // reused: its buffers keep their size
 	for {
 		var r recvResult[reverbpb.SampleStreamRequest]
 		select {
@@ -43,7 +42,7 @@ func (s *Server) SampleStream(stream reverbpb.ReverbService_SampleStreamServer) 
 			return r.err
 		}
 		send := func(m *rawMessage) error { return stream.SendMsg(m) } // sent by codec as it is
-		if err := s.serveSampleRequest(ctx, r.msg, send); err != nil {
+		if err := s.serveSampleRequest(ctx, r.msg, &rb, send); err != nil {
 			return toStatus(err)
 		}
 	}
@@ -62,7 +61,7 @@ func sampleTimeout(t *reverbpb.Timeout) time.Duration {
 
 // serveSampleRequest serves one SampleStreamRequest, sending exactly
 // num_samples samples, or fewer followed by an error.
-func (s *Server) serveSampleRequest(ctx context.Context, req *reverbpb.SampleStreamRequest, send func(*rawMessage) error) error {
+func (s *Server) serveSampleRequest(ctx context.Context, req *reverbpb.SampleStreamRequest, rb *responseBuilder, send func(*rawMessage) error) error {
 	n := req.GetNumSamples()
 	if n <= 0 {
 		return fmt.Errorf("%w: num_samples: must be > 0, got %d", ErrInvalidRequest, n)
@@ -73,7 +72,6 @@ func (s *Server) serveSampleRequest(ctx context.Context, req *reverbpb.SampleStr
 	}
 	timeout := sampleTimeout(req.GetRateLimiterTimeout())
 	batch := min(int64(firstSampleBatch), n)
-	var rb responseBuilder
 	for remaining := n; remaining > 0; {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -149,11 +147,7 @@ func (b *responseBuilder) sendSamples(tableName string, samples []table.Sampled,
 			}
 			b.encs = append(b.encs, enc)
 		}
-		info, err := proto.MarshalOptions{}.MarshalAppend(b.info[:0], sampleInfo(tableName, sm))
-		if err != nil {
-			b.reset()
-			return fmt.Errorf("sampling item %d of table %q: encode info: %w", sm.Item.Key, tableName, err)
-		}
+		info := appendSampleInfo(b.info[:0], tableName, sm)
 		b.info = info
 		start := 0
 		for j, enc := range b.encs {
@@ -238,20 +232,11 @@ func (b *responseBuilder) flush(send func(*rawMessage) error) error {
 func (b *responseBuilder) reset() {
 	clear(b.segs) // drop the references to chunk bytes
 	b.buf, b.segs, b.chunks = b.buf[:0], b.segs[:0], 0
-}
-
-func sampleInfo(tableName string, sm *table.Sampled) *reverbpb.SampleInfo {
-	return &reverbpb.SampleInfo{
-		Item: &reverbpb.PrioritizedItem{
-			Key:            sm.Item.Key,
-			Table:          tableName,
-			Priority:       sm.Item.Priority,
-			TimesSampled:   sm.Item.TimesSampled,
-			InsertedAt:     timestamppb.New(time.Unix(0, sm.Item.InsertedAt)),
-			FlatTrajectory: sm.Item.Trajectory,
-		},
-		Probability: sm.Probability,
-		TableSize:   sm.TableSize,
-		RateLimited: sm.RateLimited,
+	if cap(b.buf) > maxKeptResponseBytes {
+		b.buf = nil // an idle stream should not hold megabytes
 	}
 }
+
+// maxKeptResponseBytes bounds the encoding buffer a stream keeps between
+// responses.
+const maxKeptResponseBytes = 256 << 10

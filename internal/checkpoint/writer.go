@@ -199,6 +199,29 @@ func (w *Writer) Item(it *reverbpb.PrioritizedItem) error {
 	return nil
 }
 
+// ItemEncoded writes an item of the open table already encoded as a
+// PrioritizedItem, whose table field must name the open table (not
+// checked). key names it in errors; chunks are the keys of the chunks it
+// references, each of which must have been written.
+func (w *Writer) ItemEncoded(key uint64, chunks []uint64, enc []byte) error {
+	switch {
+	case w.err != nil:
+		return w.err
+	case !w.inTbl:
+		return w.fail(fmt.Errorf("checkpoint: item %d outside a table", key))
+	}
+	for _, k := range chunks {
+		if !w.HasChunk(k) {
+			return w.fail(fmt.Errorf("checkpoint: item %d references chunk %d before it was written", key, k))
+		}
+	}
+	if err := w.record(KindItem, enc); err != nil {
+		return err
+	}
+	w.nItems++
+	return nil
+}
+
 // EndTable closes the open table.
 func (w *Writer) EndTable() error {
 	if w.err != nil {

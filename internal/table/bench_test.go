@@ -52,6 +52,7 @@ var benchRemover = flag.String("table.remover", "fifo", "remover of BenchmarkTab
 // 64-sample batch sub-benchmarks on it. The parent benchmark runs once, so
 // the table is filled once.
 func benchFullTable(b *testing.B, spec selector.Spec, remover string, n int, store *chunkstore.Store, c *chunkstore.Chunk, traj *reverbpb.FlatTrajectory) {
+	enc := EncodeTrajectory(traj)
 	rspec := selector.Spec{Kind: selector.KindFIFO}
 	if remover == "same" {
 		rspec = spec
@@ -69,7 +70,7 @@ func benchFullTable(b *testing.B, spec selector.Spec, remover string, n int, sto
 		key++
 		c.Ref()
 		// Priorities cycle so that heaps and the sum tree do real work.
-		it := Item{Key: key, Priority: float64(key%1000) + 1, Trajectory: traj, Chunks: []*chunkstore.Chunk{c}}
+		it := Item{Key: key, Priority: float64(key%1000) + 1, Trajectory: enc, Chunks: []*chunkstore.Chunk{c}}
 		if err := t.Insert(ctx, it); err != nil {
 			b.Fatal(err)
 		}

@@ -18,7 +18,7 @@ import (
 func (t *Table) ReplayInsert(item Item) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if len(item.Trajectory.GetColumns()) == 0 {
+	if len(item.Trajectory) == 0 {
 		return fmt.Errorf("%w: item %d has no columns", ErrInvalidItem, item.Key)
 	}
 	if err := t.checkPriorityLocked(item.Priority); err != nil {

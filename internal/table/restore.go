@@ -68,7 +68,7 @@ func (t *Table) RestoreItem(item Item) error {
 	if !t.mu.restoring {
 		return errors.New("table: RestoreItem without BeginRestore")
 	}
-	if len(item.Trajectory.GetColumns()) == 0 {
+	if len(item.Trajectory) == 0 {
 		return fmt.Errorf("%w: item %d has no columns", ErrInvalidItem, item.Key)
 	}
 	if err := t.checkPriorityLocked(item.Priority); err != nil {

@@ -1,6 +1,7 @@
 package table
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -32,7 +33,7 @@ func (t *Table) referenceLocked() reference {
 
 func sameItem(a, b Item) bool {
 	return a.Key == b.Key && a.Priority == b.Priority && a.TimesSampled == b.TimesSampled &&
-		a.InsertedAt == b.InsertedAt && a.Seq == b.Seq && a.Trajectory == b.Trajectory && slices.Equal(a.Chunks, b.Chunks)
+		a.InsertedAt == b.InsertedAt && a.Seq == b.Seq && bytes.Equal(a.Trajectory, b.Trajectory) && slices.Equal(a.Chunks, b.Chunks)
 }
 
 // checkSnapshot compares a captured snapshot with the reference taken when

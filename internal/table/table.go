@@ -194,7 +194,7 @@ func (t *Table) checkPriorityLocked(priority float64) error {
 // caller keeps them. Insert returns ctx's error if ctx ends first, and
 // ErrClosed if the table closes.
 func (t *Table) Insert(ctx context.Context, item Item) error {
-	if len(item.Trajectory.GetColumns()) == 0 {
+	if len(item.Trajectory) == 0 {
 		return fmt.Errorf("%w: item %d has no columns", ErrInvalidItem, item.Key)
 	}
 	t.mu.Lock()

@@ -69,9 +69,9 @@ func (f *fixture) item(key uint64, prio float64, ep uint64) Item {
 	return Item{
 		Key:      key,
 		Priority: prio,
-		Trajectory: &reverbpb.FlatTrajectory{Columns: []*reverbpb.FlatTrajectory_Column{{
+		Trajectory: EncodeTrajectory(&reverbpb.FlatTrajectory{Columns: []*reverbpb.FlatTrajectory_Column{{
 			ChunkSlices: []*reverbpb.FlatTrajectory_ChunkSlice{{ChunkKey: f.nextCK, Length: 1}},
-		}}},
+		}}}),
 		Chunks: []*chunkstore.Chunk{c},
 	}
 }

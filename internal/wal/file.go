@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -201,7 +202,7 @@ func appendRecord(b []byte, lsn uint64, e *entry) ([]byte, error) {
 		b = binary.LittleEndian.AppendUint64(b, e.key)
 		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(e.priority))
 		b = binary.AppendVarint(b, e.insertedAt)
-		b, err = proto.MarshalOptions{}.MarshalAppend(b, e.traj)
+		b = append(b, e.traj...) // the table's encoding, as received
 	case OpUpdate:
 		b = appendTable(b, e.table)
 		b = binary.LittleEndian.AppendUint64(b, e.key)
@@ -242,11 +243,14 @@ type Record struct {
 	// Table is empty for OpChunk.
 	Table        string
 	Key          uint64
-	Priority     float64 // OpInsert, OpUpdate
-	TimesSampled int32   // OpSample
-	InsertedAt   int64   // OpInsert
-	Trajectory   *reverbpb.FlatTrajectory
-	Chunk        *reverbpb.ChunkData // OpChunk
+	Priority     float64                  // OpInsert, OpUpdate
+	TimesSampled int32                    // OpSample
+	InsertedAt   int64                    // OpInsert
+	Trajectory   *reverbpb.FlatTrajectory // OpInsert, decoded
+	// TrajectoryBytes is the encoding Trajectory was decoded from, as the
+	// table keeps it (OpInsert).
+	TrajectoryBytes []byte
+	Chunk           *reverbpb.ChunkData // OpChunk
 	// File and Offset locate the record, for messages.
 	File   string
 	Offset int64
@@ -312,6 +316,7 @@ func decodePayload(p []byte) (Record, error) {
 		if err := proto.Unmarshal(p, r.Trajectory); err != nil {
 			return r, fmt.Errorf("flat_trajectory: %w", err)
 		}
+		r.TrajectoryBytes = bytes.Clone(p)
 		return r, nil
 	}
 	if len(p) != 0 {

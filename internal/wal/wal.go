@@ -26,7 +26,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/reverie-rl/reverie/api/reverbpb"
 	"github.com/reverie-rl/reverie/internal/chunkstore"
 	"github.com/reverie-rl/reverie/internal/table"
 )
@@ -150,7 +149,7 @@ type entry struct {
 	priority     float64
 	timesSampled int32
 	insertedAt   int64
-	traj         *reverbpb.FlatTrajectory
+	traj         []byte            // the table's encoding of a FlatTrajectory
 	chunk        *chunkstore.Chunk // OpChunk; the entry holds a reference
 }
 

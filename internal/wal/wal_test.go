@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -23,9 +24,9 @@ func newItem(store *chunkstore.Store, key uint64) *table.Item {
 		Key:        key,
 		Priority:   float64(key),
 		InsertedAt: int64(key) * 1000,
-		Trajectory: &reverbpb.FlatTrajectory{Columns: []*reverbpb.FlatTrajectory_Column{{
+		Trajectory: table.EncodeTrajectory(&reverbpb.FlatTrajectory{Columns: []*reverbpb.FlatTrajectory_Column{{
 			ChunkSlices: []*reverbpb.FlatTrajectory_ChunkSlice{{ChunkKey: key, Length: 1}},
-		}}},
+		}}}),
 		Chunks: []*chunkstore.Chunk{c},
 	}
 }
@@ -115,7 +116,8 @@ func TestRoundTrip(t *testing.T) {
 			}
 		case OpInsert:
 			if r.Table != "t" || r.Key != k || r.Priority != float64(k) || r.InsertedAt != int64(k)*1000 ||
-				r.Trajectory.GetColumns()[0].GetChunkSlices()[0].GetChunkKey() != k {
+				r.Trajectory.GetColumns()[0].GetChunkSlices()[0].GetChunkKey() != k ||
+				!bytes.Equal(r.TrajectoryBytes, table.EncodeTrajectory(r.Trajectory)) {
 				t.Fatalf("record %d: %+v", i, r)
 			}
 		case OpSample:
