@@ -80,7 +80,7 @@ const (
 	insertKeepField   = 3
 )
 
-var chunkDataDesc = (&reverbpb.ChunkData{}).ProtoReflect().Descriptor()
+var chunkValidator = pbvalid.For((&reverbpb.ChunkData{}).ProtoReflect().Descriptor())
 
 // decode reads an encoded InsertStreamRequest into m as proto.Unmarshal
 // would decode it, with the chunks kept as bytes: fields in an unexpected
@@ -166,7 +166,7 @@ func (m *insertRequest) decodeBytesField(num protowire.Number, r *sliceReader, n
 	switch num {
 	case insertChunksField:
 		enc := r.copy(n)
-		if err := pbvalid.Check(chunkDataDesc, enc); err != nil {
+		if err := chunkValidator.Check(enc); err != nil {
 			if e := new(pbvalid.Error); errors.As(err, &e) && e.Path != "" {
 				return fmt.Errorf("%s.%v", m.fieldName(num), err)
 			}

@@ -10,6 +10,7 @@ package pbvalid
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -44,17 +45,119 @@ func (e *Error) Unwrap() error { return e.Err }
 // error names the field path (e.g. "data.tensors[0].tensor_shape") and the
 // problem; it is an *Error.
 func Check(md protoreflect.MessageDescriptor, b []byte) error {
-	if err := check(md, b, 0); err != nil {
-		return err
+	return For(md).Check(b)
+}
+
+// Validator checks encodings of one message type. It is compiled once from
+// the descriptor into a table indexed by field number, so that a check
+// walks the bytes without descriptor lookups.
+type Validator struct {
+	fields []field         // by field number, below denseFields
+	sparse map[int32]field // the others
+}
+
+// denseFields: fields numbered below this are found by index.
+const denseFields = 64
+
+// field is what Check needs of a known field.
+type field struct {
+	name    string
+	known   bool
+	kind    fieldKind
+	wire    protowire.Type // the scalar wire type (scalars, packed lists)
+	list    bool           // a repeated scalar (may come packed)
+	message *Validator     // messageField
+}
+
+type fieldKind uint8
+
+const (
+	scalarField fieldKind = iota
+	messageField
+	stringField // proto3: must be UTF-8
+	bytesField  // bytes, or a proto2 string
+	groupField
+)
+
+var validators sync.Map // protoreflect.FullName -> *Validator
+
+// For returns the Validator of md, compiling it on first use. Safe for
+// concurrent use.
+func For(md protoreflect.MessageDescriptor) *Validator {
+	if v, ok := validators.Load(md.FullName()); ok {
+		return v.(*Validator)
+	}
+	v := compile(md, map[protoreflect.FullName]*Validator{})
+	actual, _ := validators.LoadOrStore(md.FullName(), v)
+	return actual.(*Validator)
+}
+
+// compile builds md's Validator; seen holds those being built, for
+// recursive message types.
+func compile(md protoreflect.MessageDescriptor, seen map[protoreflect.FullName]*Validator) *Validator {
+	if v, ok := seen[md.FullName()]; ok {
+		return v
+	}
+	v := &Validator{}
+	seen[md.FullName()] = v
+	fds := md.Fields()
+	for i := range fds.Len() {
+		fd := fds.Get(i)
+		f := field{name: string(fd.Name()), known: true, list: fd.IsList()}
+		switch fd.Kind() {
+		case protoreflect.MessageKind:
+			f.kind, f.message = messageField, compile(fd.Message(), seen)
+		case protoreflect.StringKind:
+			f.kind = bytesField
+			if fd.Syntax() == protoreflect.Proto3 {
+				f.kind = stringField
+			}
+		case protoreflect.BytesKind:
+			f.kind = bytesField
+		case protoreflect.GroupKind:
+			f.kind = groupField
+		default:
+			f.kind, f.wire = scalarField, scalarWireType(fd.Kind())
+		}
+		num := int32(fd.Number())
+		if num < denseFields {
+			if int(num) >= len(v.fields) {
+				v.fields = append(v.fields, make([]field, int(num)+1-len(v.fields))...)
+			}
+			v.fields[num] = f
+			continue
+		}
+		if v.sparse == nil {
+			v.sparse = map[int32]field{}
+		}
+		v.sparse[num] = f
+	}
+	return v
+}
+
+func (v *Validator) field(num protowire.Number) *field {
+	if num < denseFields {
+		if int(num) < len(v.fields) {
+			return &v.fields[num]
+		}
+		return nil
+	}
+	if f, ok := v.sparse[int32(num)]; ok {
+		return &f
 	}
 	return nil
 }
 
-func check(md protoreflect.MessageDescriptor, b []byte, depth int) error {
+// Check reports whether b is a valid encoding of v's message type, as the
+// package-level Check does.
+func (v *Validator) Check(b []byte) error {
+	return v.check(b, 0)
+}
+
+func (v *Validator) check(b []byte, depth int) error {
 	if depth > maxDepth {
 		return &Error{Err: errDepth}
 	}
-	fields := md.Fields()
 	for off := 0; off < len(b); {
 		num, typ, n := protowire.ConsumeTag(b[off:])
 		if n < 0 {
@@ -64,8 +167,8 @@ func check(md protoreflect.MessageDescriptor, b []byte, depth int) error {
 			return &Error{Err: fmt.Errorf("tag at byte %d: invalid field number %d", off, num)}
 		}
 		off += n
-		fd := fields.ByNumber(num)
-		if fd == nil || !wireTypeOK(fd, typ) {
+		f := v.field(num)
+		if f == nil || !f.known || !f.wireTypeOK(typ) {
 			n = protowire.ConsumeFieldValue(num, typ, b[off:])
 			if n < 0 {
 				return &Error{Err: fmt.Errorf("field %d at byte %d: %w", num, off, protowire.ParseError(n))}
@@ -77,66 +180,64 @@ func check(md protoreflect.MessageDescriptor, b []byte, depth int) error {
 			// A scalar in its own wire type: any value decodes.
 			n = protowire.ConsumeFieldValue(num, typ, b[off:])
 			if n < 0 {
-				return &Error{Path: string(fd.Name()), Err: protowire.ParseError(n)}
+				return &Error{Path: f.name, Err: protowire.ParseError(n)}
 			}
 			off += n
 			continue
 		}
-		v, n := protowire.ConsumeBytes(b[off:])
+		val, n := protowire.ConsumeBytes(b[off:])
 		if n < 0 {
-			return &Error{Path: string(fd.Name()), Err: protowire.ParseError(n)}
+			return &Error{Path: f.name, Err: protowire.ParseError(n)}
 		}
 		off += n
-		if err := checkBytesField(fd, v, depth); err != nil {
+		if err := f.checkBytes(num, val, depth); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// checkBytesField checks the value of a length-delimited field.
-func checkBytesField(fd protoreflect.FieldDescriptor, v []byte, depth int) error {
-	switch fd.Kind() {
-	case protoreflect.MessageKind:
-		if err := check(fd.Message(), v, depth+1); err != nil {
+// checkBytes checks the value of a length-delimited field.
+func (f *field) checkBytes(num protowire.Number, val []byte, depth int) error {
+	switch f.kind {
+	case messageField:
+		if err := f.message.check(val, depth+1); err != nil {
 			e := err.(*Error)
 			if e.Path == "" {
-				e.Path = string(fd.Name())
+				e.Path = f.name
 			} else {
-				e.Path = string(fd.Name()) + "." + e.Path
+				e.Path = f.name + "." + e.Path
 			}
 			return e
 		}
-	case protoreflect.StringKind:
-		if fd.Syntax() == protoreflect.Proto3 && !utf8.Valid(v) {
-			return &Error{Path: string(fd.Name()), Err: errUTF8}
+	case stringField:
+		if !utf8.Valid(val) {
+			return &Error{Path: f.name, Err: errUTF8}
 		}
-	case protoreflect.BytesKind:
+	case bytesField:
 	default:
-		// A packed repeated scalar: the elements must fill v exactly.
-		typ := scalarWireType(fd.Kind())
-		for len(v) > 0 {
-			n := protowire.ConsumeFieldValue(fd.Number(), typ, v)
+		// A packed repeated scalar: the elements must fill val exactly.
+		for len(val) > 0 {
+			n := protowire.ConsumeFieldValue(num, f.wire, val)
 			if n < 0 {
-				return &Error{Path: string(fd.Name()), Err: fmt.Errorf("packed: %w", protowire.ParseError(n))}
+				return &Error{Path: f.name, Err: fmt.Errorf("packed: %w", protowire.ParseError(n))}
 			}
-			v = v[n:]
+			val = val[n:]
 		}
 	}
 	return nil
 }
 
-// wireTypeOK reports whether proto.Unmarshal decodes a field fd in wire
-// type typ into fd; it treats a field in any other wire type as unknown.
-func wireTypeOK(fd protoreflect.FieldDescriptor, typ protowire.Type) bool {
-	switch fd.Kind() {
-	case protoreflect.MessageKind, protoreflect.StringKind, protoreflect.BytesKind:
+// wireTypeOK reports whether proto.Unmarshal decodes the field in wire type
+// typ; it treats a field in any other wire type as unknown.
+func (f *field) wireTypeOK(typ protowire.Type) bool {
+	switch f.kind {
+	case messageField, stringField, bytesField:
 		return typ == protowire.BytesType
-	case protoreflect.GroupKind:
+	case groupField:
 		return typ == protowire.StartGroupType
 	}
-	want := scalarWireType(fd.Kind())
-	return typ == want || (fd.IsList() && typ == protowire.BytesType)
+	return typ == f.wire || (f.list && typ == protowire.BytesType)
 }
 
 func scalarWireType(k protoreflect.Kind) protowire.Type {

@@ -106,3 +106,14 @@ func FuzzCheck(f *testing.F) {
 }
 
 func descName(m proto.Message) protoreflect.FullName { return m.ProtoReflect().Descriptor().FullName() }
+
+func BenchmarkCheck(b *testing.B) {
+	enc, _ := proto.Marshal(chunk())
+	v := pbvalid.For((&reverbpb.ChunkData{}).ProtoReflect().Descriptor())
+	b.SetBytes(int64(len(enc)))
+	for b.Loop() {
+		if err := v.Check(enc); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
