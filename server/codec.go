@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/reverie-rl/reverie/api/reverbpb"
 	"github.com/reverie-rl/reverie/internal/chunkstore"
@@ -12,7 +13,6 @@ import (
 	protocodec "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/proto"
 )
 
 // codec is the server's gRPC codec. It is gRPC's proto codec except for two
@@ -55,16 +55,27 @@ type rawMessage struct {
 // insertRequest is an InsertStreamRequest whose chunks stay encoded.
 type insertRequest struct {
 	chunks []encodedChunk
-	items  []*reverbpb.PrioritizedItem
-	// trajs[i] is the encoding of items[i]'s flat_trajectory as it
-	// arrived (owned), or nil when it must be encoded again (absent, or
-	// sent in several parts that proto merges).
-	trajs [][]byte
-	keep  []uint64 // keep_chunk_keys
+	items  []wireItem
+	keep   []uint64 // keep_chunk_keys
+	// lastTable is the table the last item named.
+	lastTable string
 	// err is the first problem found decoding the request; it wraps
 	// ErrInvalidRequest and names the field. The other fields then hold
 	// what was decoded before it.
 	err error
+}
+
+// wireItem is what the server reads of an inserted PrioritizedItem:
+// times_sampled and inserted_at are the table's to set, and the trajectory
+// stays encoded.
+type wireItem struct {
+	key      uint64
+	table    string
+	priority float64
+	// traj is the encoding of flat_trajectory, owned. A field sent in
+	// several parts is their concatenation, which decodes as proto merges
+	// the parts.
+	traj []byte
 }
 
 // encodedChunk is one chunks entry: its bytes, owned, and its metadata.
@@ -80,7 +91,10 @@ const (
 	insertKeepField   = 3
 )
 
-var chunkValidator = pbvalid.For((&reverbpb.ChunkData{}).ProtoReflect().Descriptor())
+var (
+	chunkValidator = pbvalid.For((&reverbpb.ChunkData{}).ProtoReflect().Descriptor())
+	itemValidator  = pbvalid.For((&reverbpb.PrioritizedItem{}).ProtoReflect().Descriptor())
+)
 
 // decode reads an encoded InsertStreamRequest into m as proto.Unmarshal
 // would decode it, with the chunks kept as bytes: fields in an unexpected
@@ -178,13 +192,14 @@ func (m *insertRequest) decodeBytesField(num protowire.Number, r *sliceReader, n
 		}
 		m.chunks = append(m.chunks, encodedChunk{meta: meta, enc: enc})
 	case insertItemsField:
-		it := new(reverbpb.PrioritizedItem)
 		b := r.next(n)
-		if err := proto.Unmarshal(b, it); err != nil {
+		if err := itemValidator.Check(b); err != nil {
+			if e := new(pbvalid.Error); errors.As(err, &e) && e.Path != "" {
+				return fmt.Errorf("%s.%v", m.fieldName(num), err)
+			}
 			return fmt.Errorf("%s: %v", m.fieldName(num), err)
 		}
-		m.items = append(m.items, it)
-		m.trajs = append(m.trajs, trajectoryBytes(b))
+		m.items = append(m.items, m.decodeItem(b))
 	case insertKeepField:
 		for b := r.next(n); len(b) > 0; {
 			x, k := protowire.ConsumeVarint(b)
@@ -200,37 +215,44 @@ func (m *insertRequest) decodeBytesField(num protowire.Number, r *sliceReader, n
 	return nil
 }
 
-// trajectoryBytes returns a copy of the flat_trajectory field of the
-// encoded PrioritizedItem b, which proto.Unmarshal accepted, if it occurs
-// exactly once; otherwise nil.
-func trajectoryBytes(b []byte) []byte {
-	var traj []byte
-	seen := false
+// decodeItem reads b, an encoded PrioritizedItem that itemValidator
+// accepted, as proto.Unmarshal would: the last occurrence of a scalar wins,
+// and a field in another wire type than its own is unknown.
+func (m *insertRequest) decodeItem(b []byte) wireItem {
+	var it wireItem
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return nil
-		}
 		b = b[n:]
-		if num == itemTrajectoryField && typ == protowire.BytesType {
-			v, k := protowire.ConsumeBytes(b)
-			if k < 0 || seen {
-				return nil
-			}
-			traj, seen = v, true
-			b = b[k:]
-			continue
+		switch {
+		case num == itemKeyField && typ == protowire.VarintType:
+			it.key, n = protowire.ConsumeVarint(b)
+		case num == itemTableField && typ == protowire.BytesType:
+			var v []byte
+			v, n = protowire.ConsumeBytes(b)
+			it.table = m.tableName(v)
+		case num == itemPriorityField && typ == protowire.Fixed64Type:
+			var v uint64
+			v, n = protowire.ConsumeFixed64(b)
+			it.priority = math.Float64frombits(v)
+		case num == itemTrajectoryField && typ == protowire.BytesType:
+			var v []byte
+			v, n = protowire.ConsumeBytes(b)
+			it.traj = append(it.traj, v...)
+		default:
+			n = protowire.ConsumeFieldValue(num, typ, b)
 		}
-		k := protowire.ConsumeFieldValue(num, typ, b)
-		if k < 0 {
-			return nil
-		}
-		b = b[k:]
+		b = b[n:] // n >= 0: the encoding was checked
 	}
-	if len(traj) == 0 {
-		return nil
+	return it
+}
+
+// tableName returns b as a string, reusing the previous item's when equal
+// (a request's items usually name one table).
+func (m *insertRequest) tableName(b []byte) string {
+	if string(b) != m.lastTable {
+		m.lastTable = string(b)
 	}
-	return bytes.Clone(traj)
+	return m.lastTable
 }
 
 var errTruncated = errors.New("unexpected end of message")

@@ -51,9 +51,14 @@ func decodeInsert(t testing.TB, b []byte) *insertRequest {
 	if uerr != nil {
 		return &whole
 	}
-	// The codec skips unknown fields of the request itself (those of its
-	// chunks stay in the chunk bytes).
+	// The codec skips unknown fields of the request itself and of its
+	// items (those of chunks and trajectories stay in their bytes), and
+	// reads only the fields of an item that the server uses.
 	want.ProtoReflect().SetUnknown(nil)
+	for _, it := range want.Items {
+		it.ProtoReflect().SetUnknown(nil)
+		it.TimesSampled, it.InsertedAt = 0, nil
+	}
 	for _, got := range []*insertRequest{&whole, &pieces} {
 		if g := got.message(t); !proto.Equal(g, want) {
 			t.Fatalf("codec decoded %v, proto.Unmarshal %v", g, want)
@@ -69,7 +74,17 @@ func decodeInsert(t testing.TB, b []byte) *insertRequest {
 
 // message decodes m's chunks back into an InsertStreamRequest.
 func (m *insertRequest) message(t testing.TB) *reverbpb.InsertStreamRequest {
-	req := &reverbpb.InsertStreamRequest{Items: m.items, KeepChunkKeys: m.keep}
+	req := &reverbpb.InsertStreamRequest{KeepChunkKeys: m.keep}
+	for _, it := range m.items {
+		pi := &reverbpb.PrioritizedItem{Key: it.key, Table: it.table, Priority: it.priority}
+		if it.traj != nil {
+			pi.FlatTrajectory = &reverbpb.FlatTrajectory{}
+			if err := proto.Unmarshal(it.traj, pi.FlatTrajectory); err != nil {
+				t.Fatal(err)
+			}
+		}
+		req.Items = append(req.Items, pi)
+	}
 	for _, ch := range m.chunks {
 		d := &reverbpb.ChunkData{}
 		if err := proto.Unmarshal(ch.enc, d); err != nil {
@@ -111,7 +126,7 @@ func TestDecodeInsertErrors(t *testing.T) {
 	}{
 		{"truncated chunk", good[:10], "chunks[0] at byte 0: unexpected end of message"},
 		{"bad chunk", badChunk, "chunks[1].data.tensors.tensor_shape.dim.name: string field contains invalid UTF-8"},
-		{"bad item", badItem, "items[1]: "},
+		{"bad item", badItem, "items[1].deprecated_chunk_keys: packed: unexpected EOF"},
 		{"bad tag", append(slices.Clone(good), 0x80), "tag at byte"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -90,84 +90,86 @@ func (is *insertStream) handle(ctx context.Context, req *insertRequest, confirm 
 		// Reverb ignores keep_chunk_keys on chunk-only requests.
 		return nil
 	}
-	for i, pi := range req.items {
-		var traj []byte
-		if i < len(req.trajs) {
-			traj = req.trajs[i]
-		}
-		if err := is.insert(ctx, i, pi, traj); err != nil {
+	for i := range req.items {
+		it := &req.items[i]
+		if err := is.insert(ctx, i, it); err != nil {
 			return err
 		}
 		if w := is.srv.wal; w != nil {
 			if err := w.Err(); err != nil {
-				return fmt.Errorf("items[%d] (key %d) is in its table but the write-ahead log failed: %w", i, pi.GetKey(), err)
+				return fmt.Errorf("items[%d] (key %d) is in its table but the write-ahead log failed: %w", i, it.key, err)
 			}
 		}
-		confirm(pi.GetKey(), is.srv.durableLSN())
+		confirm(it.key, is.srv.durableLSN())
 	}
 	return is.keep(req.keep)
 }
 
-// insert adds request item i; traj is its trajectory's encoding as it
-// arrived, or nil to encode it here.
-func (is *insertStream) insert(ctx context.Context, i int, pi *reverbpb.PrioritizedItem, traj []byte) error {
-	t, ok := is.srv.tables[pi.GetTable()]
+// insert adds request item i.
+func (is *insertStream) insert(ctx context.Context, i int, it *wireItem) error {
+	t, ok := is.srv.tables[it.table]
 	if !ok {
-		_, err := is.srv.table(fmt.Sprintf("items[%d].table", i), pi.GetTable())
+		_, err := is.srv.table(fmt.Sprintf("items[%d].table", i), it.table)
 		return err
 	}
-	chunks, err := is.itemChunks(i, pi.GetFlatTrajectory())
+	chunks, err := is.itemChunks(i, it.traj)
 	if err != nil {
 		return err
 	}
-	if err := t.CheckPriority(pi.GetPriority()); err != nil {
+	if err := t.CheckPriority(it.priority); err != nil {
 		return fmt.Errorf("items[%d].priority: %w", i, err)
-	}
-	if traj == nil {
-		traj = table.EncodeTrajectory(pi.GetFlatTrajectory())
 	}
 	for _, c := range chunks {
 		c.Ref()
 	}
 	item := table.Item{
-		Key:        pi.GetKey(),
-		Priority:   pi.GetPriority(),
-		Trajectory: traj,
+		Key:        it.key,
+		Priority:   it.priority,
+		Trajectory: it.traj,
 		Chunks:     chunks,
 	}
 	if err := t.Insert(ctx, item); err != nil {
 		for _, c := range chunks {
 			c.Unref()
 		}
-		return fmt.Errorf("items[%d] (key %d, table %q): %w", i, pi.GetKey(), pi.GetTable(), err)
+		return fmt.Errorf("items[%d] (key %d, table %q): %w", i, it.key, it.table, err)
 	}
 	return nil
 }
 
-// itemChunks checks the trajectory of request item i against the chunks the
-// stream holds and returns its distinct chunks in order of first appearance
-// (without taking references). Field names are formatted only for errors:
-// building them for every item, column and slice cost 6% of the server's
-// CPU on small items.
-func (is *insertStream) itemChunks(i int, traj *reverbpb.FlatTrajectory) ([]*chunkstore.Chunk, error) {
-	cols := traj.GetColumns()
-	if len(cols) == 0 {
-		return nil, fmt.Errorf("%w: items[%d].flat_trajectory.columns: item has no columns", ErrInvalidRequest, i)
-	}
+// itemChunks checks the encoded trajectory of request item i against the
+// chunks the stream holds and returns its distinct chunks in order of first
+// appearance (without taking references). Field names are formatted only
+// for errors: building them for every item, column and slice cost 6% of
+// the server's CPU on small items.
+func (is *insertStream) itemChunks(i int, traj []byte) ([]*chunkstore.Chunk, error) {
 	var chunks []*chunkstore.Chunk
-	for j, col := range cols {
+	j := 0
+	for rest := traj; ; j++ {
+		col, r, ok := nextMessage(rest, trajColumnsField)
+		if !ok {
+			break
+		}
+		rest = r
 		cf := func() string { return fmt.Sprintf("items[%d].flat_trajectory.columns[%d]", i, j) }
-		slices := col.GetChunkSlices()
-		if len(slices) == 0 {
+		squeeze, n := columnSqueeze(col)
+		if n == 0 {
 			return nil, fmt.Errorf("%w: %s.chunk_slices: column has no chunk slices", ErrInvalidRequest, cf())
 		}
-		if col.GetSqueeze() && (len(slices) != 1 || slices[0].GetLength() != 1) {
-			return nil, fmt.Errorf("%w: %s.squeeze: a squeezed column needs exactly one slice of length 1", ErrInvalidRequest, cf())
-		}
-		for k, sl := range slices {
-			c, ok := is.held[sl.GetChunkKey()]
+		k := 0
+		for cr := col; ; k++ {
+			b, r, ok := nextMessage(cr, columnSlicesField)
 			if !ok {
-				return nil, fmt.Errorf("%w: %s.chunk_slices[%d].chunk_key: chunk %d is not held by this stream", ErrChunkNotHeld, cf(), k, sl.GetChunkKey())
+				break
+			}
+			cr = r
+			sl := parseSlice(b)
+			if squeeze && (n != 1 || sl.length != 1) {
+				return nil, fmt.Errorf("%w: %s.squeeze: a squeezed column needs exactly one slice of length 1", ErrInvalidRequest, cf())
+			}
+			c, ok := is.held[sl.chunkKey]
+			if !ok {
+				return nil, fmt.Errorf("%w: %s.chunk_slices[%d].chunk_key: chunk %d is not held by this stream", ErrChunkNotHeld, cf(), k, sl.chunkKey)
 			}
 			if err := checkSlice(sl, c); err != nil {
 				return nil, fmt.Errorf("%w: %s.chunk_slices[%d]%v", ErrInvalidRequest, cf(), k, err)
@@ -177,17 +179,20 @@ func (is *insertStream) itemChunks(i int, traj *reverbpb.FlatTrajectory) ([]*chu
 			}
 		}
 	}
+	if j == 0 {
+		return nil, fmt.Errorf("%w: items[%d].flat_trajectory.columns: item has no columns", ErrInvalidRequest, i)
+	}
 	return chunks, nil
 }
 
 // checkSlice checks a slice against its chunk. Its error text continues a
 // field name: ".index: ...", ".offset: ...", ": rows ... out of range".
-func checkSlice(sl *reverbpb.FlatTrajectory_ChunkSlice, c *chunkstore.Chunk) error {
-	idx := int(sl.GetIndex())
+func checkSlice(sl trajSlice, c *chunkstore.Chunk) error {
+	idx := int(sl.index)
 	if n := c.NumTensors(); idx < 0 || idx >= n {
 		return fmt.Errorf(".index: tensor index %d out of range: chunk %d has %d tensors", idx, c.Key(), n)
 	}
-	off, length := int64(sl.GetOffset()), int64(sl.GetLength())
+	off, length := int64(sl.offset), int64(sl.length)
 	if off < 0 {
 		return fmt.Errorf(".offset: must be >= 0, got %d", off)
 	}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -9,7 +10,9 @@ import (
 
 	"github.com/reverie-rl/reverie/api/reverbpb"
 	"github.com/reverie-rl/reverie/internal/table"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -96,28 +99,90 @@ func BenchmarkSampleInfo(b *testing.B) {
 	})
 }
 
-// TestTrajectoryBytes: the flat_trajectory kept from an inserted item is
-// the one proto.Unmarshal decodes, or nil when proto would merge parts.
-func TestTrajectoryBytes(t *testing.T) {
+// walkTrajectory decodes the encoded FlatTrajectory b with the server's
+// readers (trajectory.go).
+func walkTrajectory(b []byte) *reverbpb.FlatTrajectory {
+	traj := &reverbpb.FlatTrajectory{}
+	for rest := b; ; {
+		col, r, ok := nextMessage(rest, trajColumnsField)
+		if !ok {
+			break
+		}
+		rest = r
+		squeeze, n := columnSqueeze(col)
+		c := &reverbpb.FlatTrajectory_Column{Squeeze: squeeze}
+		for cr := col; ; {
+			sb, r, ok := nextMessage(cr, columnSlicesField)
+			if !ok {
+				break
+			}
+			cr = r
+			sl := parseSlice(sb)
+			c.ChunkSlices = append(c.ChunkSlices, &reverbpb.FlatTrajectory_ChunkSlice{
+				ChunkKey: sl.chunkKey, Offset: sl.offset, Length: sl.length, Index: sl.index})
+		}
+		if len(c.ChunkSlices) != n {
+			panic(fmt.Sprintf("columnSqueeze counted %d slices, nextMessage found %d", n, len(c.ChunkSlices)))
+		}
+		traj.Columns = append(traj.Columns, c)
+	}
+	return traj
+}
+
+// TestTrajectoryReaders: the readers of encoded trajectories find what
+// proto.Unmarshal decodes, including for parts concatenated (as the codec
+// keeps a flat_trajectory sent in several parts) and unknown fields.
+func TestTrajectoryReaders(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
-	for i := range 200 {
-		traj := randomTrajectory(r, 4, 3)
-		pi := &reverbpb.PrioritizedItem{Key: uint64(i), Table: "t", Priority: 1, FlatTrajectory: traj}
-		b, err := proto.Marshal(pi)
+	for i := range 500 {
+		b, err := proto.Marshal(randomTrajectory(r, 4, 3))
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := &reverbpb.FlatTrajectory{}
-		if err := proto.Unmarshal(trajectoryBytes(b), got); err != nil || !proto.Equal(got, traj) {
-			t.Fatalf("item %d: kept %v (%v), want %v", i, got, err, traj)
+		if i%3 == 0 {
+			more, _ := proto.Marshal(randomTrajectory(r, 2, 2))
+			b = append(b, more...)
 		}
-		// A second flat_trajectory merges into the first: nothing kept.
-		more, _ := proto.Marshal(&reverbpb.PrioritizedItem{FlatTrajectory: randomTrajectory(r, 2, 2)})
-		if kept := trajectoryBytes(append(b, more...)); kept != nil {
-			t.Fatalf("item %d: kept %x from a split flat_trajectory", i, kept)
+		if i%5 == 0 {
+			b = protowire.AppendVarint(protowire.AppendTag(b, 9, protowire.VarintType), 7) // unknown
+		}
+		want := &reverbpb.FlatTrajectory{}
+		if err := proto.Unmarshal(b, want); err != nil {
+			t.Fatal(err)
+		}
+		want.ProtoReflect().SetUnknown(nil)
+		if got := walkTrajectory(b); !proto.Equal(got, want) {
+			t.Fatalf("case %d: readers found %v, proto.Unmarshal %v", i, got, want)
 		}
 	}
-	if kept := trajectoryBytes(nil); kept != nil {
-		t.Fatalf("kept %x from an empty item", kept)
-	}
+}
+
+// FuzzTrajectoryReaders: on any bytes proto.Unmarshal accepts as a
+// FlatTrajectory, the readers find the same columns and slices.
+func FuzzTrajectoryReaders(f *testing.F) {
+	b, _ := proto.Marshal(randomTrajectory(rand.New(rand.NewPCG(5, 6)), 3, 3))
+	f.Add(b)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		want := &reverbpb.FlatTrajectory{}
+		if proto.Unmarshal(b, want) != nil {
+			return
+		}
+		discardUnknown(want.ProtoReflect())
+		if got := walkTrajectory(b); !proto.Equal(got, want) {
+			t.Fatalf("readers found %v, proto.Unmarshal %v", got, want)
+		}
+	})
+}
+
+// discardUnknown drops the unknown fields of m and its messages.
+func discardUnknown(m protoreflect.Message) {
+	m.SetUnknown(nil)
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		if fd.Kind() == protoreflect.MessageKind && fd.IsList() {
+			for i := range v.List().Len() {
+				discardUnknown(v.List().Get(i).Message())
+			}
+		}
+		return true
+	})
 }
