@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 
 	"github.com/reverie-rl/reverie/api/reverbpb"
@@ -246,14 +247,25 @@ func containsChunk(cs []*chunkstore.Chunk, c *chunkstore.Chunk) bool {
 // keep drops every held chunk not in keys, then checks that every key in
 // keys was held (and listed once).
 func (is *insertStream) keep(keys []uint64) error {
-	keepSet := make(map[uint64]struct{}, len(keys))
-	for _, k := range keys {
-		keepSet[k] = struct{}{}
-	}
-	for k, c := range is.held {
-		if _, ok := keepSet[k]; !ok {
-			c.Unref()
-			delete(is.held, k)
+	if len(keys) <= smallKeep {
+		// A writer keeps a few chunks (its keep-alive window): a scan
+		// costs less than a set built for every request.
+		for k, c := range is.held {
+			if !slices.Contains(keys, k) {
+				c.Unref()
+				delete(is.held, k)
+			}
+		}
+	} else {
+		keepSet := make(map[uint64]struct{}, len(keys))
+		for _, k := range keys {
+			keepSet[k] = struct{}{}
+		}
+		for k, c := range is.held {
+			if _, ok := keepSet[k]; !ok {
+				c.Unref()
+				delete(is.held, k)
+			}
 		}
 	}
 	if len(is.held) == len(keys) {
@@ -271,6 +283,9 @@ func (is *insertStream) keep(keys []uint64) error {
 	}
 	return fmt.Errorf("%w: keep_chunk_keys: kept %d chunks, expected %d", ErrChunkNotHeld, len(is.held), len(keys))
 }
+
+// smallKeep: keep_chunk_keys lists up to this long are scanned, not hashed.
+const smallKeep = 16
 
 func (is *insertStream) releaseAll() {
 	for k, c := range is.held {
