@@ -5,12 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"slices"
 	"sort"
 	"sync"
-
-	"github.com/reverie-rl/reverie/api/reverbpb"
-	"google.golang.org/protobuf/proto"
+	"unicode/utf8"
 )
 
 // DefaultMaxInFlightItems is the bound on unconfirmed items used when
@@ -120,13 +117,18 @@ type writerColumn struct {
 // writerChunk is a chunk of one column: open while it receives rows, then
 // finalised into its wire form.
 type writerChunk struct {
-	key     uint64
-	col     *writerColumn
-	episode uint64
-	steps   []int32  // episode step of every row
-	rows    []Tensor // the rows while open; nil once finalised
-	data    *reverbpb.ChunkData
-	size    int // encoded size of data
+	key        uint64
+	col        *writerColumn
+	episode    uint64
+	start, end int32 // episode steps of the first and the last row
+	rows       int
+	// rowData holds copies of the rows while open; nil once finalised.
+	rowData []Tensor
+	// enc is the encoded ChunkData once finalised, nil before. It is never
+	// modified afterwards: requests reference it while gRPC sends them.
+	enc []byte
+	// cell0 is the cell of the first row, allocated with the chunk.
+	cell0 writerCell
 }
 
 // writerCell references one step of one column: a row of a chunk.
@@ -138,16 +140,17 @@ type writerCell struct {
 
 // writerItem is an item created and not yet confirmed.
 type writerItem struct {
-	seq    uint64 // creation order
-	proto  *reverbpb.PrioritizedItem
-	size   int            // encoded size of proto
+	seq    uint64         // creation order
+	key    uint64         // the item's key
+	enc    []byte         // the encoded PrioritizedItem; never modified
 	chunks []*writerChunk // distinct chunks referenced, in order
+	chunk0 [1]*writerChunk
 }
 
 // ready reports whether every chunk the item references is finalised.
 func (it *writerItem) ready() bool {
 	for _, c := range it.chunks {
-		if c.data == nil {
+		if c.enc == nil {
 			return false
 		}
 	}
@@ -264,19 +267,8 @@ func (w *TrajectoryWriter) Append(ctx context.Context, step map[string]Tensor) e
 			col = &writerColumn{w: w, name: name, dtype: t.DType, shape: cloneShape(t.Shape), hist: make([]*writerCell, w.histLen)}
 			w.columns[name] = col
 		}
-		ch := col.open
-		if ch == nil {
-			ch = &writerChunk{key: NewKey(), col: col, episode: w.episodeID}
-			col.open = ch
-		}
-		cell := &writerCell{chunk: ch, row: len(ch.rows), live: true}
-		ch.rows = append(ch.rows, t.Clone())
-		ch.steps = append(ch.steps, w.episodeStep)
-		col.hist[len(col.hist)-1] = cell
-		if len(ch.rows) >= w.chunkLengthLocked(col) {
-			if err := w.finaliseLocked(col); err != nil {
-				return err
-			}
+		if err := w.appendRowLocked(col, t); err != nil {
+			return err
 		}
 	}
 	w.episodeStep++
@@ -300,31 +292,69 @@ func (w *TrajectoryWriter) chunkLengthLocked(col *writerColumn) int {
 	return max(1, min(n, w.keepAlive))
 }
 
+// appendRowLocked adds a copy of t, a valid step of col, as the next row
+// of col's open chunk and as the newest cell of col's history, and
+// finalises the chunk when it is full.
+func (w *TrajectoryWriter) appendRowLocked(col *writerColumn, t Tensor) error {
+	ch := col.open
+	if ch == nil {
+		ch = &writerChunk{key: NewKey(), col: col, episode: w.episodeID, start: w.episodeStep}
+		col.open = ch
+	}
+	var cell *writerCell
+	if ch.rows == 0 {
+		cell = &ch.cell0
+	} else {
+		cell = &writerCell{}
+	}
+	*cell = writerCell{chunk: ch, row: ch.rows, live: true}
+	col.hist[len(col.hist)-1] = cell
+	ch.end = w.episodeStep
+	ch.rows++
+	ch.rowData = append(ch.rowData, t.Clone())
+	if ch.rows >= w.chunkLengthLocked(col) {
+		return w.finaliseLocked(col)
+	}
+	return nil
+}
+
 // finaliseLocked encodes col's open chunk. A failure is sticky: the rows
 // cannot be sent any more.
 func (w *TrajectoryWriter) finaliseLocked(col *writerColumn) error {
 	ch := col.open
 	col.open = nil
-	stacked, err := Stack(ch.rows)
-	var data *reverbpb.ChunkData
+	stacked, err := Stack(ch.rowData)
+	var enc []byte
 	if err == nil {
-		first, last := ch.steps[0], ch.steps[len(ch.steps)-1]
-		seq := &reverbpb.SequenceRange{
-			EpisodeId: ch.episode,
-			Start:     first,
-			End:       last,
-			Sparse:    int(last-first)+1 != len(ch.steps),
+		h := chunkHead{
+			key:          ch.key,
+			episode:      ch.episode,
+			start:        ch.start,
+			end:          ch.end,
+			sparse:       int(ch.end-ch.start)+1 != ch.rows,
+			delta:        w.delta,
+			dtype:        col.dtype,
+			shape:        stacked.Shape,
+			uncompressed: stacked.TotalBytes(),
 		}
-		data, err = EncodeChunk(ch.key, seq, []Tensor{stacked}, w.delta)
+		if col.dtype == DTString {
+			enc, err = encodeChunkStrings(&h, stacked.Strings)
+		} else {
+			// stacked.Data is a copy: delta-encode it in place.
+			if w.delta && deltaApplies(col.dtype, len(stacked.Shape)) {
+				size, _ := DTypeSize(col.dtype)
+				deltaEncodeInPlace(stacked.Data, size, rowBytes(stacked))
+			}
+			enc, err = encodeChunkRaw(&h, stacked.Data)
+		}
 	}
+	ch.rowData = nil
 	if err != nil {
 		w.err = fmt.Errorf("%w: trajectory writer: encoding column %q: %v", ErrInvalidArgument, col.name, err)
 		w.notifyLocked()
 		return w.err
 	}
-	ch.data = data
-	ch.size = proto.Size(data)
-	ch.rows = nil
+	ch.enc = enc
 	w.notifyLocked()
 	return nil
 }
@@ -334,7 +364,7 @@ func (w *TrajectoryWriter) finaliseLocked(col *writerColumn) error {
 func (w *TrajectoryWriter) finaliseQueuedLocked() error {
 	for _, it := range w.queue {
 		for _, ch := range it.chunks {
-			if ch.data == nil && ch.col.open == ch {
+			if ch.enc == nil && ch.col.open == ch {
 				if err := w.finaliseLocked(ch.col); err != nil {
 					return err
 				}
@@ -362,6 +392,9 @@ func (w *TrajectoryWriter) CreateItem(ctx context.Context, table string, priorit
 	}
 	if len(trajectory) == 0 {
 		return fmt.Errorf("%w: CreateItem: empty trajectory", ErrInvalidArgument)
+	}
+	if !utf8.ValidString(table) {
+		return fmt.Errorf("%w: CreateItem: table name %q is not valid UTF-8", ErrInvalidArgument, table)
 	}
 	for i, tc := range trajectory {
 		// Fail before waiting for room; newItemLocked checks the rest.
@@ -398,8 +431,14 @@ func (w *TrajectoryWriter) CreateItem(ctx context.Context, table string, priorit
 // newItemLocked checks the trajectory and builds the item, merging
 // consecutive rows of a chunk into one slice.
 func (w *TrajectoryWriter) newItemLocked(table string, priority float64, trajectory []TrajectoryColumn) (*writerItem, error) {
-	traj := &reverbpb.FlatTrajectory{Columns: make([]*reverbpb.FlatTrajectory_Column, len(trajectory))}
-	var chunks []*writerChunk
+	it := &writerItem{}
+	it.chunks = it.chunk0[:0]
+	var sliceBuf [4]itemSlice
+	var endBuf [4]int
+	var squeezeBuf [4]bool
+	slices := sliceBuf[:0]
+	colEnd := endBuf[:0]
+	squeeze := squeezeBuf[:0]
 	for i, tc := range trajectory {
 		if err := tc.Err(); err != nil {
 			return nil, fmt.Errorf("CreateItem: trajectory column %d: %w", i, err)
@@ -411,8 +450,6 @@ func (w *TrajectoryWriter) newItemLocked(table string, priority float64, traject
 		if col.w != w {
 			return nil, fmt.Errorf("%w: CreateItem: trajectory column %d comes from another writer", ErrInvalidArgument, i)
 		}
-		out := &reverbpb.FlatTrajectory_Column{Squeeze: tc.squeeze}
-		var last *reverbpb.FlatTrajectory_ChunkSlice
 		var lastCell *writerCell
 		for _, c := range tc.cells {
 			if c.chunk.col != col {
@@ -423,18 +460,18 @@ func (w *TrajectoryWriter) newItemLocked(table string, priority float64, traject
 				return nil, fmt.Errorf("%w: CreateItem: trajectory column %d references a step of column %q that is no longer in the history",
 					ErrInvalidArgument, i, col.name)
 			}
-			if last != nil && c.chunk == lastCell.chunk && c.row == lastCell.row+1 {
-				last.Length++
+			if lastCell != nil && c.chunk == lastCell.chunk && c.row == lastCell.row+1 {
+				slices[len(slices)-1].length++
 			} else {
-				last = &reverbpb.FlatTrajectory_ChunkSlice{ChunkKey: c.chunk.key, Offset: int32(c.row), Length: 1}
-				out.ChunkSlices = append(out.ChunkSlices, last)
+				slices = append(slices, itemSlice{key: c.chunk.key, offset: int32(c.row), length: 1})
 			}
 			lastCell = c
-			if !slices.Contains(chunks, c.chunk) {
-				chunks = append(chunks, c.chunk)
+			if !containsChunk(it.chunks, c.chunk) {
+				it.chunks = append(it.chunks, c.chunk)
 			}
 		}
-		traj.Columns[i] = out
+		colEnd = append(colEnd, len(slices))
+		squeeze = append(squeeze, tc.squeeze)
 	}
 	if w.chunkLength == 0 {
 		for _, tc := range trajectory {
@@ -445,9 +482,20 @@ func (w *TrajectoryWriter) newItemLocked(table string, priority float64, traject
 			}
 		}
 	}
-	pi := &reverbpb.PrioritizedItem{Key: NewKey(), Table: table, Priority: priority, FlatTrajectory: traj}
 	w.nextSeq++
-	return &writerItem{seq: w.nextSeq, proto: pi, size: proto.Size(pi), chunks: chunks}, nil
+	it.seq = w.nextSeq
+	it.key = NewKey()
+	it.enc = encodeItem(it.key, table, priority, slices, colEnd, squeeze)
+	return it, nil
+}
+
+func containsChunk(chunks []*writerChunk, ch *writerChunk) bool {
+	for _, c := range chunks {
+		if c == ch {
+			return true
+		}
+	}
+	return false
 }
 
 // Flush finalises the partial chunks that created items reference, lets the

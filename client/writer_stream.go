@@ -9,7 +9,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/reverie-rl/reverie/api/reverbpb"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 )
@@ -116,7 +116,7 @@ func (w *TrajectoryWriter) requeueLocked() int {
 // stream waits for it before returning.
 func (w *TrajectoryWriter) stream() error {
 	ctx, cancel := context.WithCancel(w.ctx)
-	st, err := w.client.rpc.InsertStream(ctx)
+	st, err := w.client.rpc.InsertStream(ctx, grpc.ForceCodecV2(insertCodec{}))
 	if err != nil {
 		cancel()
 		return fromRPC(context.Background(), err)
@@ -141,8 +141,9 @@ func (w *TrajectoryWriter) stream() error {
 
 	// sent holds the chunks the server holds for this stream.
 	sent := make(map[uint64]struct{})
+	keep := make(map[uint64]struct{})
 	for {
-		req := w.nextRequest(sent, recvDone)
+		req := w.nextRequest(sent, keep, recvDone)
 		if req == nil {
 			select {
 			case <-recvDone:
@@ -151,7 +152,7 @@ func (w *TrajectoryWriter) stream() error {
 				return nil // closed
 			}
 		}
-		if err := st.Send(req); err != nil {
+		if err := st.SendMsg(req); err != nil {
 			if errors.Is(err, io.EOF) {
 				// The stream ended; Recv has its status.
 				<-recvDone
@@ -196,8 +197,8 @@ func (w *TrajectoryWriter) confirm(keys []uint64) {
 // keep_chunk_keys lists the chunks sent on this stream that the column
 // histories or the items still queued reference: those may be needed by a
 // later item. The server releases every other chunk after the request's
-// items, and so does sent.
-func (w *TrajectoryWriter) nextRequest(sent map[uint64]struct{}, recvDone <-chan struct{}) *reverbpb.InsertStreamRequest {
+// items, and so does sent. keep is scratch space, empty between calls.
+func (w *TrajectoryWriter) nextRequest(sent, keep map[uint64]struct{}, recvDone <-chan struct{}) *insertRequest {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for {
@@ -222,26 +223,25 @@ func (w *TrajectoryWriter) nextRequest(sent map[uint64]struct{}, recvDone <-chan
 		w.mu.Lock()
 	}
 
-	req := &reverbpb.InsertStreamRequest{}
+	req := &insertRequest{}
 	size, n := 0, 0
 	for n < len(w.queue) && w.queue[n].ready() && size < writerMaxRequestBytes {
 		it := w.queue[n]
 		for _, ch := range it.chunks {
 			if _, ok := sent[ch.key]; !ok {
 				sent[ch.key] = struct{}{}
-				req.Chunks = append(req.Chunks, ch.data)
-				size += ch.size
+				req.chunks = append(req.chunks, ch.enc)
+				size += len(ch.enc)
 			}
 		}
-		req.Items = append(req.Items, it.proto)
-		size += it.size
-		w.inflight[it.proto.GetKey()] = it
+		req.items = append(req.items, it.enc)
+		size += len(it.enc)
+		w.inflight[it.key] = it
 		w.queue[n] = nil
 		n++
 	}
 	w.queue = w.queue[n:]
 
-	keep := make(map[uint64]struct{}, len(sent))
 	mark := func(ch *writerChunk) {
 		if _, ok := sent[ch.key]; ok {
 			keep[ch.key] = struct{}{}
@@ -264,10 +264,13 @@ func (w *TrajectoryWriter) nextRequest(sent map[uint64]struct{}, recvDone <-chan
 			delete(sent, k)
 		}
 	}
-	req.KeepChunkKeys = make([]uint64, 0, len(keep))
-	for k := range keep {
-		req.KeepChunkKeys = append(req.KeepChunkKeys, k)
+	if len(keep) > 0 {
+		req.keep = make([]uint64, 0, len(keep))
+		for k := range keep {
+			req.keep = append(req.keep, k)
+		}
+		slices.Sort(req.keep)
 	}
-	slices.Sort(req.KeepChunkKeys)
+	clear(keep)
 	return req
 }
