@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -122,8 +123,11 @@ type writerChunk struct {
 	episode    uint64
 	start, end int32 // episode steps of the first and the last row
 	rows       int
-	// rowData holds copies of the rows while open; nil once finalised.
-	rowData []Tensor
+	// While open, the rows copied so far, stacked: data for fixed-size
+	// dtypes, strs (elements) for DT_STRING. A chunk finalised in the same
+	// Append as its first row is encoded from the caller's tensor instead.
+	data []byte
+	strs [][]byte
 	// enc is the encoded ChunkData once finalised, nil before. It is never
 	// modified afterwards: requests reference it while gRPC sends them.
 	enc []byte
@@ -292,9 +296,10 @@ func (w *TrajectoryWriter) chunkLengthLocked(col *writerColumn) int {
 	return max(1, min(n, w.keepAlive))
 }
 
-// appendRowLocked adds a copy of t, a valid step of col, as the next row
-// of col's open chunk and as the newest cell of col's history, and
-// finalises the chunk when it is full.
+// appendRowLocked adds t, a valid step of col, as the next row of col's
+// open chunk and as the newest cell of col's history, and finalises the
+// chunk when it is full. A chunk that is full with its first row is
+// encoded straight from t; other rows are copied into the chunk.
 func (w *TrajectoryWriter) appendRowLocked(col *writerColumn, t Tensor) error {
 	ch := col.open
 	if ch == nil {
@@ -311,44 +316,70 @@ func (w *TrajectoryWriter) appendRowLocked(col *writerColumn, t Tensor) error {
 	col.hist[len(col.hist)-1] = cell
 	ch.end = w.episodeStep
 	ch.rows++
-	ch.rowData = append(ch.rowData, t.Clone())
-	if ch.rows >= w.chunkLengthLocked(col) {
-		return w.finaliseLocked(col)
+	limit := w.chunkLengthLocked(col)
+	if ch.rows == 1 && limit <= 1 {
+		return w.finaliseLocked(col, &t)
+	}
+	if col.dtype == DTString {
+		for _, s := range t.Strings {
+			ch.strs = append(ch.strs, bytes.Clone(s))
+		}
+	} else {
+		if ch.data == nil {
+			ch.data = make([]byte, 0, len(t.Data)*max(limit, 1))
+		}
+		ch.data = append(ch.data, t.Data...)
+	}
+	if ch.rows >= limit {
+		return w.finaliseLocked(col, nil)
 	}
 	return nil
 }
 
-// finaliseLocked encodes col's open chunk. A failure is sticky: the rows
-// cannot be sent any more.
-func (w *TrajectoryWriter) finaliseLocked(col *writerColumn) error {
+// finaliseLocked encodes col's open chunk: its only row is *single if that
+// is not nil, else the rows it holds. A failure is sticky: the rows cannot
+// be sent any more.
+func (w *TrajectoryWriter) finaliseLocked(col *writerColumn, single *Tensor) error {
 	ch := col.open
 	col.open = nil
-	stacked, err := Stack(ch.rowData)
-	var enc []byte
-	if err == nil {
-		h := chunkHead{
-			key:          ch.key,
-			episode:      ch.episode,
-			start:        ch.start,
-			end:          ch.end,
-			sparse:       int(ch.end-ch.start)+1 != ch.rows,
-			delta:        w.delta,
-			dtype:        col.dtype,
-			shape:        stacked.Shape,
-			uncompressed: stacked.TotalBytes(),
-		}
-		if col.dtype == DTString {
-			enc, err = encodeChunkStrings(&h, stacked.Strings)
-		} else {
-			// stacked.Data is a copy: delta-encode it in place.
-			if w.delta && deltaApplies(col.dtype, len(stacked.Shape)) {
-				size, _ := DTypeSize(col.dtype)
-				deltaEncodeInPlace(stacked.Data, size, rowBytes(stacked))
-			}
-			enc, err = encodeChunkRaw(&h, stacked.Data)
-		}
+	shape := make([]int64, 0, 1+len(col.shape))
+	shape = append(shape, int64(ch.rows))
+	shape = append(shape, col.shape...)
+	h := chunkHead{
+		key:     ch.key,
+		episode: ch.episode,
+		start:   ch.start,
+		end:     ch.end,
+		sparse:  int(ch.end-ch.start)+1 != ch.rows,
+		delta:   w.delta,
+		dtype:   col.dtype,
+		shape:   shape,
 	}
-	ch.rowData = nil
+	var enc []byte
+	var err error
+	if col.dtype == DTString {
+		strs := ch.strs
+		if single != nil {
+			strs = single.Strings
+		}
+		h.uncompressed = int64(len(strs)) * StringElementOverhead
+		for _, s := range strs {
+			h.uncompressed += int64(len(s))
+		}
+		enc, err = encodeChunkStrings(&h, strs)
+	} else {
+		raw := ch.data
+		if single != nil {
+			// One row: delta encoding leaves the first row as it is.
+			raw = single.Data
+		} else if w.delta && deltaApplies(col.dtype, len(shape)) {
+			size, _ := DTypeSize(col.dtype)
+			deltaEncodeInPlace(raw, size, len(raw)/ch.rows)
+		}
+		h.uncompressed = int64(len(raw))
+		enc, err = encodeChunkRaw(&h, raw)
+	}
+	ch.data, ch.strs = nil, nil
 	if err != nil {
 		w.err = fmt.Errorf("%w: trajectory writer: encoding column %q: %v", ErrInvalidArgument, col.name, err)
 		w.notifyLocked()
@@ -365,7 +396,7 @@ func (w *TrajectoryWriter) finaliseQueuedLocked() error {
 	for _, it := range w.queue {
 		for _, ch := range it.chunks {
 			if ch.enc == nil && ch.col.open == ch {
-				if err := w.finaliseLocked(ch.col); err != nil {
+				if err := w.finaliseLocked(ch.col, nil); err != nil {
 					return err
 				}
 			}
@@ -549,7 +580,7 @@ func (w *TrajectoryWriter) EndEpisode(ctx context.Context, clearBuffers bool) er
 		if col.open != nil {
 			if clearBuffers {
 				col.open = nil
-			} else if err := w.finaliseLocked(col); err != nil {
+			} else if err := w.finaliseLocked(col, nil); err != nil {
 				return err
 			}
 		}
