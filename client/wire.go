@@ -138,6 +138,14 @@ func (h *chunkHead) tensorLen(contentLen int) int {
 	return n
 }
 
+// prefixLen is the length of appendPrefix's output.
+func (h *chunkHead) prefixLen(contentLen int) int {
+	tensorLen := h.tensorLen(contentLen)
+	return sizeVarintField(h.key) + sizeBytesField(h.seqLen()) + sizeBoolField(h.delta) +
+		1 + sizeVarint(uint64(sizeBytesField(tensorLen))) + 1 + sizeVarint(uint64(tensorLen)) +
+		tensorLen - contentLen
+}
+
 // appendPrefix appends the encoding of the ChunkData up to the content of
 // its tensor: everything before the contentLen bytes of tensor_content
 // (including that field's tag and length when contentLen > 0).
@@ -193,18 +201,16 @@ func encodeChunkRaw(h *chunkHead, raw []byte) ([]byte, error) {
 	if maxContent < 0 {
 		return nil, fmt.Errorf("client: tensor of %d bytes is too large for Snappy", len(raw))
 	}
-	var scratch [128]byte
 	// Varint sizes grow with the value, so the prefix for the largest
 	// possible content is at least as long as the real one.
-	head := len(h.appendPrefix(scratch[:0], maxContent))
+	head := h.prefixLen(maxContent)
 	buf := make([]byte, head+maxContent+chunkSuffixMax)
 	content := snappy.Encode(buf[head:head+maxContent], raw)
 	if len(content) > 0 && &content[0] != &buf[head] {
 		copy(buf[head:], content) // snappy allocated: not expected, as dst is large enough
 	}
-	pre := h.appendPrefix(scratch[:0], len(content))
-	start := head - len(pre)
-	copy(buf[start:head], pre)
+	start := head - h.prefixLen(len(content))
+	h.appendPrefix(buf[start:start], len(content))
 	out := h.appendSuffix(buf[:head+len(content)])
 	return out[start:len(out):len(out)], nil
 }

@@ -113,6 +113,11 @@ func TestEncodeChunkWire(t *testing.T) {
 		if cap(enc) != len(enc) {
 			t.Fatalf("case %d: encoding has spare capacity %d; appends could write into shared memory", i, cap(enc)-len(enc))
 		}
+		for _, n := range []int{0, 1, 127, 128, 1 << 14, 1 << 21, 1 << 28} {
+			if got, want := h.prefixLen(n), len(h.appendPrefix(nil, n)); got != want {
+				t.Fatalf("case %d: prefixLen(%d) = %d, appendPrefix writes %d bytes", i, n, got, want)
+			}
+		}
 	}
 }
 

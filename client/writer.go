@@ -89,6 +89,7 @@ type TrajectoryWriter struct {
 	// changed is closed and replaced whenever the state below changes in a
 	// way someone may wait for (see notifyLocked).
 	changed     chan struct{}
+	waited      bool // someone took changed since it was made
 	closed      bool
 	err         error // sticky stream error
 	episodeID   uint64
@@ -98,6 +99,7 @@ type TrajectoryWriter struct {
 	nextSeq     uint64
 	queue       []*writerItem          // not yet sent on the current stream, by seq
 	inflight    map[uint64]*writerItem // sent on the current stream, unconfirmed, by key
+	marks       uint64                 // the last stream id or request mark handed out (see nextRequest)
 }
 
 // writerColumn is one column's chunker and history.
@@ -107,9 +109,11 @@ type writerColumn struct {
 	dtype DType
 	shape []int64 // step shape
 	// hist holds the column's cells of the last histLen steps, oldest
-	// first; nil where a step omitted the column.
-	hist []*writerCell
-	open *writerChunk // chunk receiving rows, nil if none
+	// first; nil where a step omitted the column. It is a window of
+	// histBuf once pushHist has moved it there.
+	hist    []*writerCell
+	histBuf []*writerCell
+	open    *writerChunk // chunk receiving rows, nil if none
 	// itemLens are the row counts of the column in its recent items, for
 	// the automatic chunk length.
 	itemLens []int
@@ -131,6 +135,10 @@ type writerChunk struct {
 	// enc is the encoded ChunkData once finalised, nil before. It is never
 	// modified afterwards: requests reference it while gRPC sends them.
 	enc []byte
+	// heldBy is the id of the insert stream whose server side holds the
+	// chunk, 0 if none; keptBy marks the chunk while a request lists the
+	// chunks to keep. See nextRequest.
+	heldBy, keptBy uint64
 	// cell0 is the cell of the first row, allocated with the chunk.
 	cell0 writerCell
 }
@@ -261,7 +269,7 @@ func (w *TrajectoryWriter) Append(ctx context.Context, step map[string]Tensor) e
 		w.histLen++
 	}
 	for _, col := range w.columns {
-		col.hist = append(col.hist, nil)
+		col.pushHist()
 	}
 
 	for _, name := range names {
@@ -277,6 +285,22 @@ func (w *TrajectoryWriter) Append(ctx context.Context, step map[string]Tensor) e
 	}
 	w.episodeStep++
 	return nil
+}
+
+// pushHist adds an empty entry at the end of the column's history. The
+// window slides along histBuf, twice its length, and is moved back to the
+// start when it reaches the end, so that steps do not allocate.
+func (col *writerColumn) pushHist() {
+	if n := len(col.hist); n == cap(col.hist) {
+		if cap(col.histBuf) < 2*n+1 {
+			col.histBuf = make([]*writerCell, 2*n+1)
+		}
+		buf := col.histBuf[:cap(col.histBuf)]
+		copy(buf, col.hist)
+		clear(buf[n:])
+		col.hist = buf[:n]
+	}
+	col.hist = append(col.hist, nil)
 }
 
 // chunkLengthLocked is the number of rows at which col's open chunk is
@@ -644,16 +668,28 @@ func (w *TrajectoryWriter) usableLocked() error {
 	return w.err
 }
 
-// notifyLocked wakes everyone waiting in waitLocked.
+// notifyLocked wakes everyone waiting for a change (waitLocked,
+// waitChanLocked). When nobody took the current channel since the last
+// notification there is nobody to wake, and nothing is done.
 func (w *TrajectoryWriter) notifyLocked() {
+	if !w.waited {
+		return
+	}
+	w.waited = false
 	close(w.changed)
 	w.changed = make(chan struct{})
+}
+
+// waitChanLocked returns a channel that the next notifyLocked closes.
+func (w *TrajectoryWriter) waitChanLocked() <-chan struct{} {
+	w.waited = true
+	return w.changed
 }
 
 // waitLocked releases mu until the next notifyLocked or until ctx ends, and
 // returns ctx.Err() in the latter case. mu is held again on return.
 func (w *TrajectoryWriter) waitLocked(ctx context.Context) error {
-	changed := w.changed
+	changed := w.waitChanLocked()
 	w.mu.Unlock()
 	defer w.mu.Lock()
 	select {

@@ -139,11 +139,9 @@ func (w *TrajectoryWriter) stream() error {
 		<-recvDone
 	}()
 
-	// sent holds the chunks the server holds for this stream.
-	sent := make(map[uint64]struct{})
-	keep := make(map[uint64]struct{})
+	sc := w.newStreamChunks()
 	for {
-		req := w.nextRequest(sent, keep, recvDone)
+		req := w.nextRequest(sc, recvDone)
 		if req == nil {
 			select {
 			case <-recvDone:
@@ -187,6 +185,21 @@ func (w *TrajectoryWriter) confirm(keys []uint64) {
 	}
 }
 
+// streamChunks tracks the chunks the server holds for one insert stream.
+// A chunk is held when its heldBy is the stream's id.
+type streamChunks struct {
+	id   uint64
+	held []*writerChunk // every chunk held after the last request
+	next []*writerChunk // spare slice for the next held
+}
+
+func (w *TrajectoryWriter) newStreamChunks() *streamChunks {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.marks++
+	return &streamChunks{id: w.marks}
+}
+
 // nextRequest waits until the first queued item can be sent and builds the
 // next request from the longest run of sendable items at the front of the
 // queue (up to writerMaxRequestBytes): the chunks they reference that the
@@ -194,11 +207,11 @@ func (w *TrajectoryWriter) confirm(keys []uint64) {
 // The items move to the in-flight set. It returns nil when the writer is
 // closed or the stream's reader has stopped (recvDone).
 //
-// keep_chunk_keys lists the chunks sent on this stream that the column
+// keep_chunk_keys lists the chunks held for this stream that the column
 // histories or the items still queued reference: those may be needed by a
 // later item. The server releases every other chunk after the request's
-// items, and so does sent. keep is scratch space, empty between calls.
-func (w *TrajectoryWriter) nextRequest(sent, keep map[uint64]struct{}, recvDone <-chan struct{}) *insertRequest {
+// items, and so does sc.
+func (w *TrajectoryWriter) nextRequest(sc *streamChunks, recvDone <-chan struct{}) *insertRequest {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for {
@@ -213,7 +226,7 @@ func (w *TrajectoryWriter) nextRequest(sent, keep map[uint64]struct{}, recvDone 
 		if len(w.queue) > 0 && w.queue[0].ready() {
 			break
 		}
-		changed := w.changed
+		changed := w.waitChanLocked()
 		w.mu.Unlock()
 		select {
 		case <-changed:
@@ -228,8 +241,9 @@ func (w *TrajectoryWriter) nextRequest(sent, keep map[uint64]struct{}, recvDone 
 	for n < len(w.queue) && w.queue[n].ready() && size < writerMaxRequestBytes {
 		it := w.queue[n]
 		for _, ch := range it.chunks {
-			if _, ok := sent[ch.key]; !ok {
-				sent[ch.key] = struct{}{}
+			if ch.heldBy != sc.id {
+				ch.heldBy = sc.id
+				sc.held = append(sc.held, ch)
 				req.chunks = append(req.chunks, ch.enc)
 				size += len(ch.enc)
 			}
@@ -242,35 +256,40 @@ func (w *TrajectoryWriter) nextRequest(sent, keep map[uint64]struct{}, recvDone 
 	}
 	w.queue = w.queue[n:]
 
-	mark := func(ch *writerChunk) {
-		if _, ok := sent[ch.key]; ok {
-			keep[ch.key] = struct{}{}
+	w.marks++
+	mark := w.marks
+	kept := sc.next[:0]
+	keep := func(ch *writerChunk) {
+		if ch.heldBy == sc.id && ch.keptBy != mark {
+			ch.keptBy = mark
+			kept = append(kept, ch)
 		}
 	}
 	for _, col := range w.columns {
 		for _, c := range col.hist {
 			if c != nil {
-				mark(c.chunk)
+				keep(c.chunk)
 			}
 		}
 	}
 	for _, it := range w.queue {
 		for _, ch := range it.chunks {
-			mark(ch)
+			keep(ch)
 		}
 	}
-	for k := range sent {
-		if _, ok := keep[k]; !ok {
-			delete(sent, k)
+	for _, ch := range sc.held {
+		if ch.keptBy != mark {
+			ch.heldBy = 0 // released by the server after this request
 		}
 	}
-	if len(keep) > 0 {
-		req.keep = make([]uint64, 0, len(keep))
-		for k := range keep {
-			req.keep = append(req.keep, k)
+	clear(sc.held)
+	sc.held, sc.next = kept, sc.held[:0]
+	if len(kept) > 0 {
+		req.keep = make([]uint64, len(kept))
+		for i, ch := range kept {
+			req.keep[i] = ch.key
 		}
 		slices.Sort(req.keep)
 	}
-	clear(keep)
 	return req
 }
