@@ -306,7 +306,7 @@ func encodeItem(key uint64, table string, priority float64, slices []itemSlice, 
 }
 
 // insertRequest is an InsertStreamRequest made of already encoded chunks
-// and items. insertCodec sends it; its encodings must not be modified once
+// and items. streamCodec sends it; its encodings must not be modified once
 // it is built, since gRPC may still read them after SendMsg returns.
 type insertRequest struct {
 	chunks [][]byte // encoded ChunkData
@@ -430,29 +430,46 @@ func (r *insertRequest) marshal(pool mem.BufferPool) mem.BufferSlice {
 // not handle themselves.
 var protoCodec = encoding.GetCodecV2(grpcproto.Name)
 
-// insertCodec is the codec of the writer's insert streams: it sends
-// *insertRequest values as they are and leaves everything else to gRPC's
-// proto codec. Its name is "proto", as that codec's, so the messages on
-// the wire are the same.
-type insertCodec struct{}
+// streamCodec is the codec of the writer's insert streams and the
+// sampler's sample streams: it sends *insertRequest values as they are,
+// decodes *sampleResponse and *insertResponse values by hand, and leaves
+// every other message to gRPC's proto codec. Its name is "proto", as that
+// codec's: the messages on the wire are the same.
+type streamCodec struct{}
 
-func (insertCodec) Name() string { return grpcproto.Name }
+func (streamCodec) Name() string { return grpcproto.Name }
 
-func (insertCodec) Marshal(v any) (mem.BufferSlice, error) {
+func (streamCodec) Marshal(v any) (mem.BufferSlice, error) {
 	if r, ok := v.(*insertRequest); ok {
-		return r.marshal(requestPool), nil
+		return r.marshal(wirePool), nil
 	}
 	return protoCodec.Marshal(v)
 }
 
-func (insertCodec) Unmarshal(data mem.BufferSlice, v any) error {
+func (streamCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	switch r := v.(type) {
+	case *sampleResponse:
+		// The tensors' contents reference buf: the response keeps it.
+		buf := data.MaterializeToBuffer(wirePool)
+		if err := r.decode(buf.ReadOnlyData()); err != nil {
+			buf.Free()
+			r.entries = nil
+			return err
+		}
+		r.buf = buf
+		return nil
+	case *insertResponse:
+		buf := data.MaterializeToBuffer(wirePool)
+		defer buf.Free()
+		return r.decode(buf.ReadOnlyData())
+	}
 	return protoCodec.Unmarshal(data, v)
 }
 
-// requestPool holds the buffers of encoded requests. Unlike gRPC's default
-// pool it does not clear buffers: marshal overwrites every byte it hands
-// out.
-var requestPool mem.BufferPool = newDirtyPool()
+// wirePool holds the buffers of encoded requests and of responses split
+// over several gRPC buffers. Unlike gRPC's default pool it does not clear
+// buffers: their users overwrite every byte they read.
+var wirePool mem.BufferPool = newDirtyPool()
 
 // dirtyPool is a mem.BufferPool of power-of-two sized buffers from 1 KiB
 // to 4 MiB that are not cleared between uses; larger buffers are

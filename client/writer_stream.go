@@ -116,7 +116,7 @@ func (w *TrajectoryWriter) requeueLocked() int {
 // stream waits for it before returning.
 func (w *TrajectoryWriter) stream() error {
 	ctx, cancel := context.WithCancel(w.ctx)
-	st, err := w.client.rpc.InsertStream(ctx, grpc.ForceCodecV2(insertCodec{}))
+	st, err := w.client.rpc.InsertStream(ctx, grpc.ForceCodecV2(streamCodec{}))
 	if err != nil {
 		cancel()
 		return fromRPC(context.Background(), err)
@@ -125,9 +125,9 @@ func (w *TrajectoryWriter) stream() error {
 	var recvErr error // written before recvDone is closed
 	go func() {
 		defer close(recvDone)
+		var resp insertResponse
 		for {
-			resp, err := st.Recv()
-			if err != nil {
+			if err := st.RecvMsg(&resp); err != nil {
 				recvErr = err
 				return
 			}
