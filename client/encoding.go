@@ -118,31 +118,29 @@ func shapeToProto(shape []int64) *tensorflowpb.TensorShapeProto {
 	return sp
 }
 
-// shapeFromProto converts a fully defined TensorShapeProto (nil = scalar)
-// and returns it with its element count.
-func shapeFromProto(sp *tensorflowpb.TensorShapeProto) ([]int64, int64, error) {
-	if sp.GetUnknownRank() {
+// checkShape checks the dimensions of a fully defined TensorShapeProto
+// (no dimensions = scalar, returned as nil) and returns them with the
+// element count.
+func checkShape(dims []int64, unknownRank bool) ([]int64, int64, error) {
+	if unknownRank {
 		return nil, 0, errors.New("client: tensor shape has unknown rank")
 	}
-	dims := sp.GetDim()
-	var shape []int64
-	if len(dims) > 0 {
-		shape = make([]int64, len(dims))
-		for i, d := range dims {
-			if d.GetSize() < 0 {
-				return nil, 0, fmt.Errorf("client: dimension %d of tensor shape is %d (unknown or negative)", i, d.GetSize())
-			}
-			shape[i] = d.GetSize()
+	if len(dims) == 0 {
+		dims = nil
+	}
+	for i, d := range dims {
+		if d < 0 {
+			return nil, 0, fmt.Errorf("client: dimension %d of tensor shape is %d (unknown or negative)", i, d)
 		}
 	}
-	n, err := shapeElements(shape)
+	n, err := shapeElements(dims)
 	if err != nil {
 		return nil, 0, err
 	}
 	if n > math.MaxInt {
-		return nil, 0, fmt.Errorf("client: shape %v has too many elements", shape)
+		return nil, 0, fmt.Errorf("client: shape %v has too many elements", dims)
 	}
-	return shape, n, nil
+	return dims, n, nil
 }
 
 // EncodeTensor converts t to the TensorProto Reverb clients store in
@@ -241,16 +239,30 @@ func DecodeTensor(p *tensorflowpb.TensorProto, delta bool) (Tensor, error) {
 	if p == nil {
 		return Tensor{}, errors.New("client: nil TensorProto")
 	}
-	dt := p.GetDtype()
+	var dims []int64
+	if d := p.GetTensorShape().GetDim(); len(d) > 0 {
+		dims = make([]int64, len(d))
+		for i, x := range d {
+			dims[i] = x.GetSize()
+		}
+	}
+	return decodeTensor(p.GetDtype(), dims, p.GetTensorShape().GetUnknownRank(), p.GetTensorContent(), p, delta)
+}
+
+// decodeTensor is DecodeTensor on the parts of a TensorProto: dims are the
+// sizes of tensor_shape's dimensions (kept as the result's shape), typed
+// holds the typed value fields, read when content is empty and the tensor
+// has elements (nil means none). content is only read.
+func decodeTensor(dt DType, dims []int64, unknownRank bool, content []byte, typed *tensorflowpb.TensorProto, delta bool) (Tensor, error) {
 	if !supportedDType(dt) {
 		return Tensor{}, fmt.Errorf("client: unsupported tensor dtype %v", dt)
 	}
-	shape, n, err := shapeFromProto(p.GetTensorShape())
+	shape, n, err := checkShape(dims, unknownRank)
 	if err != nil {
 		return Tensor{}, err
 	}
 	if dt == DTString {
-		strs, err := decodeStrings(p, n)
+		strs, err := decodeStrings(content, typed.GetStringVal(), n)
 		if err != nil {
 			return Tensor{}, err
 		}
@@ -265,10 +277,10 @@ func DecodeTensor(p *tensorflowpb.TensorProto, delta bool) (Tensor, error) {
 	switch {
 	case n == 0:
 		data = []byte{}
-	case len(p.GetTensorContent()) > 0:
-		data, err = decompress(p.GetTensorContent(), want)
+	case len(content) > 0:
+		data, err = decompress(content, want)
 	default:
-		data, err = fromTypedValues(p, dt, int(n), size)
+		data, err = fromTypedValues(typed, dt, int(n), size)
 	}
 	if err != nil {
 		return Tensor{}, fmt.Errorf("client: %v tensor of shape %v: %w", dt, shape, err)
@@ -322,13 +334,14 @@ func readVarint32(b []byte) (uint32, int) {
 	return 0, 0
 }
 
-func decodeStrings(p *tensorflowpb.TensorProto, n int64) ([][]byte, error) {
+// decodeStrings decodes the n elements of a DT_STRING tensor from its
+// tensor_content, or from its string_val values (vals) when the content is
+// empty.
+func decodeStrings(content []byte, vals [][]byte, n int64) ([][]byte, error) {
 	if n == 0 {
 		return nil, nil
 	}
-	content := p.GetTensorContent()
 	if len(content) == 0 {
-		vals := p.GetStringVal()
 		if int64(len(vals)) < n && n > maxFillElements {
 			return nil, fmt.Errorf("client: DT_STRING tensor of %d elements has only %d string_val values", n, len(vals))
 		}
@@ -402,6 +415,8 @@ func pairs[F any, C any](vals []F, mk func(re, im F) C) []C {
 	return out
 }
 
+// fromTypedValues fills n elements from p's typed value fields; p may be
+// nil (no values).
 func fromTypedValues(p *tensorflowpb.TensorProto, dt DType, n, size int) ([]byte, error) {
 	le := binary.LittleEndian
 	switch dt {

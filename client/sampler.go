@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/reverie-rl/reverie/api/reverbpb"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/mem"
 )
 
 // Sampler defaults, as in Reverb's Sampler::Options.
@@ -509,7 +511,7 @@ func (s *Sampler) stream() (delivered int64, err error) {
 			return delivered, nil
 		}
 		if st == nil {
-			if st, err = s.c.rpc.SampleStream(ctx); err != nil {
+			if st, err = s.c.rpc.SampleStream(ctx, grpc.ForceCodecV2(streamCodec{})); err != nil {
 				s.release(n)
 				return delivered, fromRPC(s.ctx, err)
 			}
@@ -530,47 +532,75 @@ func (s *Sampler) request(st reverbpb.ReverbService_SampleStreamClient, n int64)
 	req := &reverbpb.SampleStreamRequest{Table: s.table, NumSamples: n, RateLimiterTimeout: s.timeout}
 	if err := st.Send(req); err != nil {
 		if isEOF(err) { // the stream failed; Recv has the status
-			_, err = st.Recv()
+			err = st.RecvMsg(&sampleResponse{})
 		}
 		return 0, s.streamErr(err)
 	}
 	var pending *partialSample
+	defer func() {
+		if pending != nil {
+			pending.release()
+		}
+	}()
+	resp := sampleResponse{table: s.table}
 	for got < n {
-		resp, err := st.Recv()
-		if err != nil {
+		if err := st.RecvMsg(&resp); err != nil {
 			return got, s.streamErr(err)
 		}
-		for _, e := range resp.GetEntries() {
-			if got == n {
-				return got, fmt.Errorf("%w: sampler: server sent more than the %d samples requested", ErrServer, n)
-			}
-			if pending == nil {
-				if e.GetInfo() == nil {
-					return got, fmt.Errorf("%w: table %q: first entry of a sample has no info", ErrMalformedSample, s.table)
-				}
-				pending = &partialSample{info: e.GetInfo(), chunks: make(map[uint64]*reverbpb.ChunkData)}
-			}
-			for _, c := range e.GetData() {
-				pending.chunks[c.GetChunkKey()] = c
-			}
-			if !e.GetEndOfSequence() {
-				continue
-			}
-			smp, err := pending.decode()
-			if err != nil {
-				return got, err
-			}
-			pending = nil
-			if !s.deliver(smp) {
-				return got, s.ctx.Err()
-			}
-			got++
+		got, pending, err = s.deliverEntries(&resp, n, got, pending)
+		resp.buf.Free()
+		resp.buf, resp.entries = nil, nil
+		if err != nil {
+			return got, err
 		}
 	}
 	if pending != nil {
 		return got, fmt.Errorf("%w: sampler: server sent part of a sample beyond the %d requested", ErrServer, n)
 	}
 	return got, nil
+}
+
+// deliverEntries adds the entries of resp to the pending sample, and
+// decodes and delivers every sample they complete. got counts the samples
+// of the request delivered so far, of n; the new count and pending sample
+// are returned.
+func (s *Sampler) deliverEntries(resp *sampleResponse, n, got int64, pending *partialSample) (int64, *partialSample, error) {
+	var holder *partialSample // the sample holding a reference to resp.buf
+	for i := range resp.entries {
+		e := &resp.entries[i]
+		if got == n {
+			return got, pending, fmt.Errorf("%w: sampler: server sent more than the %d samples requested", ErrServer, n)
+		}
+		if pending == nil {
+			if e.info == nil {
+				return got, pending, fmt.Errorf("%w: table %q: first entry of a sample has no info", ErrMalformedSample, s.table)
+			}
+			pending = &partialSample{info: e.info}
+		}
+		if len(e.chunks) > 0 {
+			if holder != pending {
+				pending.hold(resp.buf)
+				holder = pending
+			}
+			for j := range e.chunks {
+				pending.add(&e.chunks[j])
+			}
+		}
+		if !e.end {
+			continue
+		}
+		smp, err := pending.decode()
+		pending.release()
+		pending = nil
+		if err != nil {
+			return got, nil, err
+		}
+		if !s.deliver(smp) {
+			return got, nil, s.ctx.Err()
+		}
+		got++
+	}
+	return got, pending, nil
 }
 
 // streamErr maps a stream failure. A stream that ends cleanly in the middle
@@ -585,84 +615,185 @@ func (s *Sampler) streamErr(err error) error {
 
 // partialSample collects the entries of one sample.
 type partialSample struct {
-	info   *reverbpb.SampleInfo
-	chunks map[uint64]*reverbpb.ChunkData
+	info   *sampleInfo
+	chunks []*sampleChunk // by arrival; a later chunk replaces an earlier one of the same key
+	byKey  map[uint64]*sampleChunk
+	bufs   []mem.Buffer // references to the buffers the chunks' contents are in
+}
+
+// partialSampleMapFrom is the number of chunks from which a partial sample
+// indexes them in a map rather than searching its list.
+const partialSampleMapFrom = 16
+
+func (p *partialSample) add(c *sampleChunk) {
+	if p.byKey != nil {
+		p.byKey[c.key] = c
+		return
+	}
+	for i, old := range p.chunks {
+		if old.key == c.key {
+			p.chunks[i] = c
+			return
+		}
+	}
+	p.chunks = append(p.chunks, c)
+	if len(p.chunks) >= partialSampleMapFrom {
+		p.byKey = make(map[uint64]*sampleChunk, 2*len(p.chunks))
+		for _, c := range p.chunks {
+			p.byKey[c.key] = c
+		}
+		p.chunks = nil
+	}
+}
+
+func (p *partialSample) chunk(key uint64) *sampleChunk {
+	if p.byKey != nil {
+		return p.byKey[key]
+	}
+	for _, c := range p.chunks {
+		if c.key == key {
+			return c
+		}
+	}
+	return nil
+}
+
+// hold takes a reference to buf, which chunks of the sample point into.
+func (p *partialSample) hold(buf mem.Buffer) {
+	if buf == nil {
+		return
+	}
+	buf.Ref()
+	p.bufs = append(p.bufs, buf)
+}
+
+// release drops the sample's buffer references; its chunks must not be
+// read afterwards.
+func (p *partialSample) release() {
+	for _, b := range p.bufs {
+		b.Free()
+	}
+	p.bufs = nil
+	p.chunks, p.byKey = nil, nil
+}
+
+// decodeChunk decodes the tensors of a chunk once, as DecodeChunk does.
+func decodeChunk(c *sampleChunk) ([]Tensor, error) {
+	if c.decoded != nil {
+		return c.decoded, nil
+	}
+	protos := c.tensors
+	if len(protos) == 0 {
+		protos = c.deprecated
+	}
+	out := make([]Tensor, len(protos))
+	for i := range protos {
+		w := &protos[i]
+		var t Tensor
+		var err error
+		if w.pb != nil {
+			t, err = DecodeTensor(w.pb, c.delta)
+		} else {
+			t, err = decodeTensor(w.dtype, w.dims, w.unknownRank, w.content, nil, c.delta)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("client: chunk %d tensor %d: %w", c.key, i, err)
+		}
+		out[i] = t
+	}
+	c.decoded = out
+	return out, nil
 }
 
 // decode builds the sample's columns from its chunks. Chunks are decoded
 // at most once per sample.
 func (p *partialSample) decode() (Sample, error) {
-	item := p.info.GetItem()
+	item := &p.info.item
 	smp := Sample{Info: SampleInfo{
-		Key:          item.GetKey(),
-		Table:        item.GetTable(),
-		Priority:     item.GetPriority(),
-		Probability:  p.info.GetProbability(),
-		TableSize:    p.info.GetTableSize(),
-		TimesSampled: item.GetTimesSampled(),
-		RateLimited:  p.info.GetRateLimited(),
+		Key:          item.key,
+		Table:        item.table,
+		Priority:     item.priority,
+		Probability:  p.info.probability,
+		TableSize:    p.info.tableSize,
+		TimesSampled: item.timesSampled,
+		RateLimited:  p.info.rateLimited,
 	}}
-	if ts := item.GetInsertedAt(); ts != nil {
-		smp.Info.InsertedAt = ts.AsTime()
+	if item.hasInserted {
+		smp.Info.InsertedAt = time.Unix(item.seconds, int64(item.nanos)).UTC()
 	}
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: table %q, item %d: %s", ErrMalformedSample, item.GetTable(), item.GetKey(), fmt.Sprintf(format, args...))
+		return fmt.Errorf("%w: table %q, item %d: %s", ErrMalformedSample, item.table, item.key, fmt.Sprintf(format, args...))
 	}
-	cols := item.GetFlatTrajectory().GetColumns()
+	cols := item.columns
 	if len(cols) == 0 {
 		return Sample{}, bad("no trajectory columns")
 	}
-	decoded := make(map[uint64][]Tensor, len(p.chunks))
 	smp.Columns = make([]Tensor, len(cols))
-	for ci, col := range cols {
-		slices := col.GetChunkSlices()
-		if len(slices) == 0 {
-			return Sample{}, bad("column %d has no chunk slices", ci)
-		}
-		parts := make([]Tensor, len(slices))
-		whole := false // the column is one whole chunk tensor
-		for si, cs := range slices {
-			key := cs.GetChunkKey()
-			tensors, ok := decoded[key]
-			if !ok {
-				chunk, held := p.chunks[key]
-				if !held {
-					return Sample{}, bad("column %d references chunk %d, which the sample does not contain", ci, key)
-				}
-				var err error
-				if tensors, err = DecodeChunk(chunk); err != nil {
-					return Sample{}, bad("%v", err)
-				}
-				decoded[key] = tensors
-			}
-			idx := cs.GetIndex()
-			if idx < 0 || int(idx) >= len(tensors) {
-				return Sample{}, bad("column %d: chunk %d has %d tensors, slice wants index %d", ci, key, len(tensors), idx)
-			}
-			from, length := int64(cs.GetOffset()), int64(cs.GetLength())
-			part, err := Slice(tensors[idx], from, from+length)
-			if err != nil {
-				return Sample{}, bad("column %d, chunk %d: %v", ci, key, err)
-			}
-			parts[si] = part
-			whole = len(slices) == 1 && from == 0 && length == tensors[idx].Shape[0]
-		}
-		var t Tensor
-		if whole {
-			t = parts[0] // no copy needed
-		} else {
-			var err error
-			if t, err = Concat(parts); err != nil {
-				return Sample{}, bad("column %d: %v", ci, err)
-			}
-		}
-		if col.GetSqueeze() {
-			var err error
-			if t, err = Squeeze0(t); err != nil {
-				return Sample{}, bad("column %d: squeeze: %v", ci, err)
-			}
+	for ci := range cols {
+		t, err := p.column(&cols[ci], ci, bad)
+		if err != nil {
+			return Sample{}, err
 		}
 		smp.Columns[ci] = t
 	}
 	return smp, nil
+}
+
+// column builds column ci of the sample from its chunk slices.
+func (p *partialSample) column(col *sampleColumn, ci int, bad func(string, ...any) error) (Tensor, error) {
+	slices := col.slices
+	if len(slices) == 0 {
+		return Tensor{}, bad("column %d has no chunk slices", ci)
+	}
+	var t Tensor
+	var parts []Tensor
+	whole := false // the column is one whole chunk tensor: no copy needed
+	for si, cs := range slices {
+		chunk := p.chunk(cs.key)
+		if chunk == nil {
+			return Tensor{}, bad("column %d references chunk %d, which the sample does not contain", ci, cs.key)
+		}
+		tensors, err := decodeChunk(chunk)
+		if err != nil {
+			return Tensor{}, bad("%v", err)
+		}
+		idx := cs.index
+		if idx < 0 || int(idx) >= len(tensors) {
+			return Tensor{}, bad("column %d: chunk %d has %d tensors, slice wants index %d", ci, cs.key, len(tensors), idx)
+		}
+		src := tensors[idx]
+		from, length := int64(cs.offset), int64(cs.length)
+		if len(slices) == 1 && from == 0 && len(src.Shape) > 0 && length == src.Shape[0] {
+			// src is valid (decodeTensor made it): share its elements.
+			t = Tensor{DType: src.DType, Data: src.Data, Strings: src.Strings}
+			if col.squeeze && length == 1 {
+				t.Shape = cloneShape(src.Shape[1:])
+				return t, nil
+			}
+			t.Shape = cloneShape(src.Shape)
+			whole = true
+			break
+		}
+		part, err := Slice(src, from, from+length)
+		if err != nil {
+			return Tensor{}, bad("column %d, chunk %d: %v", ci, cs.key, err)
+		}
+		if parts == nil {
+			parts = make([]Tensor, len(slices))
+		}
+		parts[si] = part
+	}
+	if !whole {
+		var err error
+		if t, err = Concat(parts); err != nil {
+			return Tensor{}, bad("column %d: %v", ci, err)
+		}
+	}
+	if col.squeeze {
+		var err error
+		if t, err = Squeeze0(t); err != nil {
+			return Tensor{}, bad("column %d: squeeze: %v", ci, err)
+		}
+	}
+	return t, nil
 }

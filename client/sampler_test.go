@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -802,5 +803,60 @@ func TestSamplerServerRestart(t *testing.T) {
 	}
 	if !bytes.Contains([]byte(logs.String()), []byte("reopening")) {
 		t.Errorf("no reopen warning logged; logs:\n%s", logs.String())
+	}
+}
+
+// TestSamplerSamplesSplitOverResponses samples items whose chunks do not
+// fit one response (the server starts a new one after 2 MiB of chunks),
+// so that a sample's chunks arrive in several messages, each over many
+// gRPC buffers, while the sampler recycles buffers for later ones.
+func TestSamplerSamplesSplitOverResponses(t *testing.T) {
+	srv := startServer(t, server.QueueTable("queue", 20))
+	c := dial(t, srv.Addr)
+	ctx := testCtx(t)
+	w, err := c.NewTrajectoryWriter(ctx, client.WriterOptions{NumKeepAliveRefs: 3, ChunkLength: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	row := func(i int) client.Tensor {
+		vals := make([]float32, 300_000) // 1.2 MB that Snappy cannot shrink
+		r := rand.New(rand.NewPCG(uint64(i), 1))
+		for j := range vals {
+			vals[j] = r.Float32()
+		}
+		return client.Vector(vals)
+	}
+	const n = 12
+	for i := range n {
+		if err := w.Append(ctx, map[string]client.Tensor{"x": row(i)}); err != nil {
+			t.Fatal(err)
+		}
+		if i >= 2 {
+			if err := w.CreateItem(ctx, "queue", 1, []client.TrajectoryColumn{w.History("x").Last(3), w.History("x").At(-2).Squeeze()}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s := newSampler(t, c, client.SamplerOptions{Table: "queue", MaxSamples: n - 2, MaxInFlightSamplesPerWorker: 3})
+	samples, err := collect(ctx, s, -1)
+	if err != nil || len(samples) != n-2 {
+		t.Fatalf("got %d samples, err %v; want %d", len(samples), err, n-2)
+	}
+	for k, smp := range samples {
+		last := k + 2
+		want, err := client.Stack([]client.Tensor{row(last - 2), row(last - 1), row(last)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !smp.Columns[0].Equal(want) {
+			t.Errorf("sample %d: column 0 differs from steps %d..%d", k, last-2, last)
+		}
+		if !smp.Columns[1].Equal(row(last - 1)) {
+			t.Errorf("sample %d: column 1 differs from step %d", k, last-1)
+		}
 	}
 }

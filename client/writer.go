@@ -1,16 +1,14 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"math"
-	"slices"
 	"sort"
 	"sync"
-
-	"github.com/reverie-rl/reverie/api/reverbpb"
-	"google.golang.org/protobuf/proto"
+	"unicode/utf8"
 )
 
 // DefaultMaxInFlightItems is the bound on unconfirmed items used when
@@ -91,6 +89,7 @@ type TrajectoryWriter struct {
 	// changed is closed and replaced whenever the state below changes in a
 	// way someone may wait for (see notifyLocked).
 	changed     chan struct{}
+	waited      bool // someone took changed since it was made
 	closed      bool
 	err         error // sticky stream error
 	episodeID   uint64
@@ -100,6 +99,7 @@ type TrajectoryWriter struct {
 	nextSeq     uint64
 	queue       []*writerItem          // not yet sent on the current stream, by seq
 	inflight    map[uint64]*writerItem // sent on the current stream, unconfirmed, by key
+	marks       uint64                 // the last stream id or request mark handed out (see nextRequest)
 }
 
 // writerColumn is one column's chunker and history.
@@ -109,9 +109,11 @@ type writerColumn struct {
 	dtype DType
 	shape []int64 // step shape
 	// hist holds the column's cells of the last histLen steps, oldest
-	// first; nil where a step omitted the column.
-	hist []*writerCell
-	open *writerChunk // chunk receiving rows, nil if none
+	// first; nil where a step omitted the column. It is a window of
+	// histBuf once pushHist has moved it there.
+	hist    []*writerCell
+	histBuf []*writerCell
+	open    *writerChunk // chunk receiving rows, nil if none
 	// itemLens are the row counts of the column in its recent items, for
 	// the automatic chunk length.
 	itemLens []int
@@ -120,13 +122,25 @@ type writerColumn struct {
 // writerChunk is a chunk of one column: open while it receives rows, then
 // finalised into its wire form.
 type writerChunk struct {
-	key     uint64
-	col     *writerColumn
-	episode uint64
-	steps   []int32  // episode step of every row
-	rows    []Tensor // the rows while open; nil once finalised
-	data    *reverbpb.ChunkData
-	size    int // encoded size of data
+	key        uint64
+	col        *writerColumn
+	episode    uint64
+	start, end int32 // episode steps of the first and the last row
+	rows       int
+	// While open, the rows copied so far, stacked: data for fixed-size
+	// dtypes, strs (elements) for DT_STRING. A chunk finalised in the same
+	// Append as its first row is encoded from the caller's tensor instead.
+	data []byte
+	strs [][]byte
+	// enc is the encoded ChunkData once finalised, nil before. It is never
+	// modified afterwards: requests reference it while gRPC sends them.
+	enc []byte
+	// heldBy is the id of the insert stream whose server side holds the
+	// chunk, 0 if none; keptBy marks the chunk while a request lists the
+	// chunks to keep. See nextRequest.
+	heldBy, keptBy uint64
+	// cell0 is the cell of the first row, allocated with the chunk.
+	cell0 writerCell
 }
 
 // writerCell references one step of one column: a row of a chunk.
@@ -138,16 +152,17 @@ type writerCell struct {
 
 // writerItem is an item created and not yet confirmed.
 type writerItem struct {
-	seq    uint64 // creation order
-	proto  *reverbpb.PrioritizedItem
-	size   int            // encoded size of proto
+	seq    uint64         // creation order
+	key    uint64         // the item's key
+	enc    []byte         // the encoded PrioritizedItem; never modified
 	chunks []*writerChunk // distinct chunks referenced, in order
+	chunk0 [1]*writerChunk
 }
 
 // ready reports whether every chunk the item references is finalised.
 func (it *writerItem) ready() bool {
 	for _, c := range it.chunks {
-		if c.data == nil {
+		if c.enc == nil {
 			return false
 		}
 	}
@@ -254,7 +269,7 @@ func (w *TrajectoryWriter) Append(ctx context.Context, step map[string]Tensor) e
 		w.histLen++
 	}
 	for _, col := range w.columns {
-		col.hist = append(col.hist, nil)
+		col.pushHist()
 	}
 
 	for _, name := range names {
@@ -264,23 +279,28 @@ func (w *TrajectoryWriter) Append(ctx context.Context, step map[string]Tensor) e
 			col = &writerColumn{w: w, name: name, dtype: t.DType, shape: cloneShape(t.Shape), hist: make([]*writerCell, w.histLen)}
 			w.columns[name] = col
 		}
-		ch := col.open
-		if ch == nil {
-			ch = &writerChunk{key: NewKey(), col: col, episode: w.episodeID}
-			col.open = ch
-		}
-		cell := &writerCell{chunk: ch, row: len(ch.rows), live: true}
-		ch.rows = append(ch.rows, t.Clone())
-		ch.steps = append(ch.steps, w.episodeStep)
-		col.hist[len(col.hist)-1] = cell
-		if len(ch.rows) >= w.chunkLengthLocked(col) {
-			if err := w.finaliseLocked(col); err != nil {
-				return err
-			}
+		if err := w.appendRowLocked(col, t); err != nil {
+			return err
 		}
 	}
 	w.episodeStep++
 	return nil
+}
+
+// pushHist adds an empty entry at the end of the column's history. The
+// window slides along histBuf, twice its length, and is moved back to the
+// start when it reaches the end, so that steps do not allocate.
+func (col *writerColumn) pushHist() {
+	if n := len(col.hist); n == cap(col.hist) {
+		if cap(col.histBuf) < 2*n+1 {
+			col.histBuf = make([]*writerCell, 2*n+1)
+		}
+		buf := col.histBuf[:cap(col.histBuf)]
+		copy(buf, col.hist)
+		clear(buf[n:])
+		col.hist = buf[:n]
+	}
+	col.hist = append(col.hist, nil)
 }
 
 // chunkLengthLocked is the number of rows at which col's open chunk is
@@ -300,31 +320,96 @@ func (w *TrajectoryWriter) chunkLengthLocked(col *writerColumn) int {
 	return max(1, min(n, w.keepAlive))
 }
 
-// finaliseLocked encodes col's open chunk. A failure is sticky: the rows
-// cannot be sent any more.
-func (w *TrajectoryWriter) finaliseLocked(col *writerColumn) error {
+// appendRowLocked adds t, a valid step of col, as the next row of col's
+// open chunk and as the newest cell of col's history, and finalises the
+// chunk when it is full. A chunk that is full with its first row is
+// encoded straight from t; other rows are copied into the chunk.
+func (w *TrajectoryWriter) appendRowLocked(col *writerColumn, t Tensor) error {
+	ch := col.open
+	if ch == nil {
+		ch = &writerChunk{key: NewKey(), col: col, episode: w.episodeID, start: w.episodeStep}
+		col.open = ch
+	}
+	var cell *writerCell
+	if ch.rows == 0 {
+		cell = &ch.cell0
+	} else {
+		cell = &writerCell{}
+	}
+	*cell = writerCell{chunk: ch, row: ch.rows, live: true}
+	col.hist[len(col.hist)-1] = cell
+	ch.end = w.episodeStep
+	ch.rows++
+	limit := w.chunkLengthLocked(col)
+	if ch.rows == 1 && limit <= 1 {
+		return w.finaliseLocked(col, &t)
+	}
+	if col.dtype == DTString {
+		for _, s := range t.Strings {
+			ch.strs = append(ch.strs, bytes.Clone(s))
+		}
+	} else {
+		if ch.data == nil {
+			ch.data = make([]byte, 0, len(t.Data)*max(limit, 1))
+		}
+		ch.data = append(ch.data, t.Data...)
+	}
+	if ch.rows >= limit {
+		return w.finaliseLocked(col, nil)
+	}
+	return nil
+}
+
+// finaliseLocked encodes col's open chunk: its only row is *single if that
+// is not nil, else the rows it holds. A failure is sticky: the rows cannot
+// be sent any more.
+func (w *TrajectoryWriter) finaliseLocked(col *writerColumn, single *Tensor) error {
 	ch := col.open
 	col.open = nil
-	stacked, err := Stack(ch.rows)
-	var data *reverbpb.ChunkData
-	if err == nil {
-		first, last := ch.steps[0], ch.steps[len(ch.steps)-1]
-		seq := &reverbpb.SequenceRange{
-			EpisodeId: ch.episode,
-			Start:     first,
-			End:       last,
-			Sparse:    int(last-first)+1 != len(ch.steps),
-		}
-		data, err = EncodeChunk(ch.key, seq, []Tensor{stacked}, w.delta)
+	shape := make([]int64, 0, 1+len(col.shape))
+	shape = append(shape, int64(ch.rows))
+	shape = append(shape, col.shape...)
+	h := chunkHead{
+		key:     ch.key,
+		episode: ch.episode,
+		start:   ch.start,
+		end:     ch.end,
+		sparse:  int(ch.end-ch.start)+1 != ch.rows,
+		delta:   w.delta,
+		dtype:   col.dtype,
+		shape:   shape,
 	}
+	var enc []byte
+	var err error
+	if col.dtype == DTString {
+		strs := ch.strs
+		if single != nil {
+			strs = single.Strings
+		}
+		h.uncompressed = int64(len(strs)) * StringElementOverhead
+		for _, s := range strs {
+			h.uncompressed += int64(len(s))
+		}
+		enc, err = encodeChunkStrings(&h, strs)
+	} else {
+		raw := ch.data
+		if single != nil {
+			// One row: delta encoding leaves the first row as it is.
+			raw = single.Data
+		} else if w.delta && deltaApplies(col.dtype, len(shape)) {
+			size, _ := DTypeSize(col.dtype)
+			deltaEncodeInPlace(raw, size, len(raw)/ch.rows)
+		}
+		h.uncompressed = int64(len(raw))
+		enc, err = encodeChunkRaw(&h, raw)
+	}
+	ch.data, ch.strs = nil, nil
 	if err != nil {
 		w.err = fmt.Errorf("%w: trajectory writer: encoding column %q: %v", ErrInvalidArgument, col.name, err)
 		w.notifyLocked()
 		return w.err
 	}
-	ch.data = data
-	ch.size = proto.Size(data)
-	ch.rows = nil
+	ch.enc = enc
 	w.notifyLocked()
 	return nil
 }
@@ -334,8 +419,8 @@ func (w *TrajectoryWriter) finaliseLocked(col *writerColumn) error {
 func (w *TrajectoryWriter) finaliseQueuedLocked() error {
 	for _, it := range w.queue {
 		for _, ch := range it.chunks {
-			if ch.data == nil && ch.col.open == ch {
-				if err := w.finaliseLocked(ch.col); err != nil {
+			if ch.enc == nil && ch.col.open == ch {
+				if err := w.finaliseLocked(ch.col, nil); err != nil {
 					return err
 				}
 			}
@@ -362,6 +447,9 @@ func (w *TrajectoryWriter) CreateItem(ctx context.Context, table string, priorit
 	}
 	if len(trajectory) == 0 {
 		return fmt.Errorf("%w: CreateItem: empty trajectory", ErrInvalidArgument)
+	}
+	if !utf8.ValidString(table) {
+		return fmt.Errorf("%w: CreateItem: table name %q is not valid UTF-8", ErrInvalidArgument, table)
 	}
 	for i, tc := range trajectory {
 		// Fail before waiting for room; newItemLocked checks the rest.
@@ -398,8 +486,14 @@ func (w *TrajectoryWriter) CreateItem(ctx context.Context, table string, priorit
 // newItemLocked checks the trajectory and builds the item, merging
 // consecutive rows of a chunk into one slice.
 func (w *TrajectoryWriter) newItemLocked(table string, priority float64, trajectory []TrajectoryColumn) (*writerItem, error) {
-	traj := &reverbpb.FlatTrajectory{Columns: make([]*reverbpb.FlatTrajectory_Column, len(trajectory))}
-	var chunks []*writerChunk
+	it := &writerItem{}
+	it.chunks = it.chunk0[:0]
+	var sliceBuf [4]itemSlice
+	var endBuf [4]int
+	var squeezeBuf [4]bool
+	slices := sliceBuf[:0]
+	colEnd := endBuf[:0]
+	squeeze := squeezeBuf[:0]
 	for i, tc := range trajectory {
 		if err := tc.Err(); err != nil {
 			return nil, fmt.Errorf("CreateItem: trajectory column %d: %w", i, err)
@@ -411,8 +505,6 @@ func (w *TrajectoryWriter) newItemLocked(table string, priority float64, traject
 		if col.w != w {
 			return nil, fmt.Errorf("%w: CreateItem: trajectory column %d comes from another writer", ErrInvalidArgument, i)
 		}
-		out := &reverbpb.FlatTrajectory_Column{Squeeze: tc.squeeze}
-		var last *reverbpb.FlatTrajectory_ChunkSlice
 		var lastCell *writerCell
 		for _, c := range tc.cells {
 			if c.chunk.col != col {
@@ -423,18 +515,18 @@ func (w *TrajectoryWriter) newItemLocked(table string, priority float64, traject
 				return nil, fmt.Errorf("%w: CreateItem: trajectory column %d references a step of column %q that is no longer in the history",
 					ErrInvalidArgument, i, col.name)
 			}
-			if last != nil && c.chunk == lastCell.chunk && c.row == lastCell.row+1 {
-				last.Length++
+			if lastCell != nil && c.chunk == lastCell.chunk && c.row == lastCell.row+1 {
+				slices[len(slices)-1].length++
 			} else {
-				last = &reverbpb.FlatTrajectory_ChunkSlice{ChunkKey: c.chunk.key, Offset: int32(c.row), Length: 1}
-				out.ChunkSlices = append(out.ChunkSlices, last)
+				slices = append(slices, itemSlice{key: c.chunk.key, offset: int32(c.row), length: 1})
 			}
 			lastCell = c
-			if !slices.Contains(chunks, c.chunk) {
-				chunks = append(chunks, c.chunk)
+			if !containsChunk(it.chunks, c.chunk) {
+				it.chunks = append(it.chunks, c.chunk)
 			}
 		}
-		traj.Columns[i] = out
+		colEnd = append(colEnd, len(slices))
+		squeeze = append(squeeze, tc.squeeze)
 	}
 	if w.chunkLength == 0 {
 		for _, tc := range trajectory {
@@ -445,9 +537,20 @@ func (w *TrajectoryWriter) newItemLocked(table string, priority float64, traject
 			}
 		}
 	}
-	pi := &reverbpb.PrioritizedItem{Key: NewKey(), Table: table, Priority: priority, FlatTrajectory: traj}
 	w.nextSeq++
-	return &writerItem{seq: w.nextSeq, proto: pi, size: proto.Size(pi), chunks: chunks}, nil
+	it.seq = w.nextSeq
+	it.key = NewKey()
+	it.enc = encodeItem(it.key, table, priority, slices, colEnd, squeeze)
+	return it, nil
+}
+
+func containsChunk(chunks []*writerChunk, ch *writerChunk) bool {
+	for _, c := range chunks {
+		if c == ch {
+			return true
+		}
+	}
+	return false
 }
 
 // Flush finalises the partial chunks that created items reference, lets the
@@ -501,7 +604,7 @@ func (w *TrajectoryWriter) EndEpisode(ctx context.Context, clearBuffers bool) er
 		if col.open != nil {
 			if clearBuffers {
 				col.open = nil
-			} else if err := w.finaliseLocked(col); err != nil {
+			} else if err := w.finaliseLocked(col, nil); err != nil {
 				return err
 			}
 		}
@@ -565,16 +668,28 @@ func (w *TrajectoryWriter) usableLocked() error {
 	return w.err
 }
 
-// notifyLocked wakes everyone waiting in waitLocked.
+// notifyLocked wakes everyone waiting for a change (waitLocked,
+// waitChanLocked). When nobody took the current channel since the last
+// notification there is nobody to wake, and nothing is done.
 func (w *TrajectoryWriter) notifyLocked() {
+	if !w.waited {
+		return
+	}
+	w.waited = false
 	close(w.changed)
 	w.changed = make(chan struct{})
+}
+
+// waitChanLocked returns a channel that the next notifyLocked closes.
+func (w *TrajectoryWriter) waitChanLocked() <-chan struct{} {
+	w.waited = true
+	return w.changed
 }
 
 // waitLocked releases mu until the next notifyLocked or until ctx ends, and
 // returns ctx.Err() in the latter case. mu is held again on return.
 func (w *TrajectoryWriter) waitLocked(ctx context.Context) error {
-	changed := w.changed
+	changed := w.waitChanLocked()
 	w.mu.Unlock()
 	defer w.mu.Lock()
 	select {

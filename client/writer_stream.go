@@ -9,7 +9,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/reverie-rl/reverie/api/reverbpb"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 )
@@ -116,7 +116,7 @@ func (w *TrajectoryWriter) requeueLocked() int {
 // stream waits for it before returning.
 func (w *TrajectoryWriter) stream() error {
 	ctx, cancel := context.WithCancel(w.ctx)
-	st, err := w.client.rpc.InsertStream(ctx)
+	st, err := w.client.rpc.InsertStream(ctx, grpc.ForceCodecV2(streamCodec{}))
 	if err != nil {
 		cancel()
 		return fromRPC(context.Background(), err)
@@ -125,9 +125,9 @@ func (w *TrajectoryWriter) stream() error {
 	var recvErr error // written before recvDone is closed
 	go func() {
 		defer close(recvDone)
+		var resp insertResponse
 		for {
-			resp, err := st.Recv()
-			if err != nil {
+			if err := st.RecvMsg(&resp); err != nil {
 				recvErr = err
 				return
 			}
@@ -139,10 +139,9 @@ func (w *TrajectoryWriter) stream() error {
 		<-recvDone
 	}()
 
-	// sent holds the chunks the server holds for this stream.
-	sent := make(map[uint64]struct{})
+	sc := w.newStreamChunks()
 	for {
-		req := w.nextRequest(sent, recvDone)
+		req := w.nextRequest(sc, recvDone)
 		if req == nil {
 			select {
 			case <-recvDone:
@@ -151,7 +150,7 @@ func (w *TrajectoryWriter) stream() error {
 				return nil // closed
 			}
 		}
-		if err := st.Send(req); err != nil {
+		if err := st.SendMsg(req); err != nil {
 			if errors.Is(err, io.EOF) {
 				// The stream ended; Recv has its status.
 				<-recvDone
@@ -186,6 +185,21 @@ func (w *TrajectoryWriter) confirm(keys []uint64) {
 	}
 }
 
+// streamChunks tracks the chunks the server holds for one insert stream.
+// A chunk is held when its heldBy is the stream's id.
+type streamChunks struct {
+	id   uint64
+	held []*writerChunk // every chunk held after the last request
+	next []*writerChunk // spare slice for the next held
+}
+
+func (w *TrajectoryWriter) newStreamChunks() *streamChunks {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.marks++
+	return &streamChunks{id: w.marks}
+}
+
 // nextRequest waits until the first queued item can be sent and builds the
 // next request from the longest run of sendable items at the front of the
 // queue (up to writerMaxRequestBytes): the chunks they reference that the
@@ -193,11 +207,11 @@ func (w *TrajectoryWriter) confirm(keys []uint64) {
 // The items move to the in-flight set. It returns nil when the writer is
 // closed or the stream's reader has stopped (recvDone).
 //
-// keep_chunk_keys lists the chunks sent on this stream that the column
+// keep_chunk_keys lists the chunks held for this stream that the column
 // histories or the items still queued reference: those may be needed by a
 // later item. The server releases every other chunk after the request's
-// items, and so does sent.
-func (w *TrajectoryWriter) nextRequest(sent map[uint64]struct{}, recvDone <-chan struct{}) *reverbpb.InsertStreamRequest {
+// items, and so does sc.
+func (w *TrajectoryWriter) nextRequest(sc *streamChunks, recvDone <-chan struct{}) *insertRequest {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for {
@@ -212,7 +226,7 @@ func (w *TrajectoryWriter) nextRequest(sent map[uint64]struct{}, recvDone <-chan
 		if len(w.queue) > 0 && w.queue[0].ready() {
 			break
 		}
-		changed := w.changed
+		changed := w.waitChanLocked()
 		w.mu.Unlock()
 		select {
 		case <-changed:
@@ -222,52 +236,60 @@ func (w *TrajectoryWriter) nextRequest(sent map[uint64]struct{}, recvDone <-chan
 		w.mu.Lock()
 	}
 
-	req := &reverbpb.InsertStreamRequest{}
+	req := &insertRequest{}
 	size, n := 0, 0
 	for n < len(w.queue) && w.queue[n].ready() && size < writerMaxRequestBytes {
 		it := w.queue[n]
 		for _, ch := range it.chunks {
-			if _, ok := sent[ch.key]; !ok {
-				sent[ch.key] = struct{}{}
-				req.Chunks = append(req.Chunks, ch.data)
-				size += ch.size
+			if ch.heldBy != sc.id {
+				ch.heldBy = sc.id
+				sc.held = append(sc.held, ch)
+				req.chunks = append(req.chunks, ch.enc)
+				size += len(ch.enc)
 			}
 		}
-		req.Items = append(req.Items, it.proto)
-		size += it.size
-		w.inflight[it.proto.GetKey()] = it
+		req.items = append(req.items, it.enc)
+		size += len(it.enc)
+		w.inflight[it.key] = it
 		w.queue[n] = nil
 		n++
 	}
 	w.queue = w.queue[n:]
 
-	keep := make(map[uint64]struct{}, len(sent))
-	mark := func(ch *writerChunk) {
-		if _, ok := sent[ch.key]; ok {
-			keep[ch.key] = struct{}{}
+	w.marks++
+	mark := w.marks
+	kept := sc.next[:0]
+	keep := func(ch *writerChunk) {
+		if ch.heldBy == sc.id && ch.keptBy != mark {
+			ch.keptBy = mark
+			kept = append(kept, ch)
 		}
 	}
 	for _, col := range w.columns {
 		for _, c := range col.hist {
 			if c != nil {
-				mark(c.chunk)
+				keep(c.chunk)
 			}
 		}
 	}
 	for _, it := range w.queue {
 		for _, ch := range it.chunks {
-			mark(ch)
+			keep(ch)
 		}
 	}
-	for k := range sent {
-		if _, ok := keep[k]; !ok {
-			delete(sent, k)
+	for _, ch := range sc.held {
+		if ch.keptBy != mark {
+			ch.heldBy = 0 // released by the server after this request
 		}
 	}
-	req.KeepChunkKeys = make([]uint64, 0, len(keep))
-	for k := range keep {
-		req.KeepChunkKeys = append(req.KeepChunkKeys, k)
+	clear(sc.held)
+	sc.held, sc.next = kept, sc.held[:0]
+	if len(kept) > 0 {
+		req.keep = make([]uint64, len(kept))
+		for i, ch := range kept {
+			req.keep[i] = ch.key
+		}
+		slices.Sort(req.keep)
 	}
-	slices.Sort(req.KeepChunkKeys)
 	return req
 }

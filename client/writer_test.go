@@ -726,7 +726,7 @@ type wtRecordingStream struct {
 }
 
 func (s *wtRecordingStream) SendMsg(m any) error {
-	if req, ok := m.(*reverbpb.InsertStreamRequest); ok {
+	if req, ok := client.InsertRequestProto(m); ok {
 		s.r.mu.Lock()
 		s.r.streams[s.id] = append(s.r.streams[s.id], req)
 		s.r.mu.Unlock()

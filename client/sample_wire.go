@@ -1,0 +1,724 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"unicode/utf8"
+
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/reverie-rl/reverie/api/tensorflowpb"
+)
+
+// This file decodes the responses of sample and insert streams straight
+// from gRPC's buffers, without building reverbpb messages. It accepts
+// exactly the messages proto.Unmarshal accepts into
+// reverbpb.SampleStreamResponse and reverbpb.InsertStreamResponse:
+// fields in any order, unknown fields (and known fields with another wire
+// type, which proto.Unmarshal keeps as unknown) skipped, the last value of
+// a repeated singular scalar kept, repeated occurrences of a singular
+// message merged, repeated scalars packed or not, proto3 strings checked
+// for UTF-8, and every field of the schema checked for well-formedness
+// even where the client ignores its value. A TensorProto with typed value
+// fields (float_val and the like) is handed to proto.Unmarshal as it is.
+
+// sampleResponse is a SampleStreamResponse.
+type sampleResponse struct {
+	entries []sampleEntry
+	// buf holds the bytes the tensors' contents reference. Whoever
+	// receives the response owns one reference to it and frees it.
+	buf mem.Buffer
+	// table is a name the decoder reuses for item.table when the bytes
+	// are the same, to save a string allocation per sample.
+	table string
+}
+
+// sampleEntry is a SampleStreamResponse.SampleEntry.
+type sampleEntry struct {
+	info   *sampleInfo // nil if absent
+	chunks []sampleChunk
+	end    bool // end_of_sequence
+}
+
+// sampleInfo is a SampleInfo.
+type sampleInfo struct {
+	item        sampleItem // zero if absent
+	probability float64
+	tableSize   int64
+	rateLimited bool
+}
+
+// sampleItem is the part of a PrioritizedItem the sampler uses.
+type sampleItem struct {
+	key          uint64
+	table        string
+	priority     float64
+	timesSampled int32
+	// inserted_at, when hasInserted.
+	hasInserted bool
+	seconds     int64
+	nanos       int32
+	columns     []sampleColumn // flat_trajectory.columns
+}
+
+// sampleColumn is a FlatTrajectory.Column.
+type sampleColumn struct {
+	slices  []chunkSliceRef
+	squeeze bool
+}
+
+// chunkSliceRef is a FlatTrajectory.ChunkSlice.
+type chunkSliceRef struct {
+	key                   uint64
+	offset, length, index int32
+}
+
+// sampleChunk is the part of a ChunkData the sampler uses.
+type sampleChunk struct {
+	key        uint64
+	delta      bool
+	tensors    []wireTensor // data.tensors
+	deprecated []wireTensor // deprecated_data
+	// decoded holds the tensors once decodeChunk has run.
+	decoded []Tensor
+}
+
+// wireTensor is a TensorProto: its dtype, shape and content, or, when it
+// has typed value fields, the TensorProto itself.
+type wireTensor struct {
+	pb          *tensorflowpb.TensorProto
+	dtype       DType
+	dims        []int64
+	unknownRank bool
+	content     []byte // references the response's buffer
+}
+
+// wireError is a malformed message. path names the field, from the
+// outermost message in.
+type wireError struct {
+	msg   string // outermost message
+	path  string
+	cause string
+}
+
+func (e *wireError) Error() string {
+	if e.msg == "" {
+		return fmt.Sprintf("client: cannot parse %s: %s", e.path, e.cause)
+	}
+	return fmt.Sprintf("client: cannot parse %s.%s: %s", e.msg, e.path, e.cause)
+}
+
+func fieldErr(field, cause string) error { return &wireError{path: field, cause: cause} }
+
+// inField prefixes the path of err, from a message in field, with field.
+func inField(field string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var we *wireError
+	if errors.As(err, &we) {
+		if we.path == "" {
+			we.path = field
+		} else {
+			we.path = field + "." + we.path
+		}
+		return we
+	}
+	return &wireError{path: field, cause: err.Error()}
+}
+
+func inMessage(msg string, err error) error {
+	var we *wireError
+	if err != nil && errors.As(err, &we) {
+		we.msg = msg
+	}
+	return err
+}
+
+// consumeTag reads a field's tag as proto.Unmarshal does: a varint with a
+// field number in [1, 2^29-1]; an end-group tag outside a group is an
+// error.
+func consumeTag(b []byte) (protowire.Number, protowire.Type, []byte, error) {
+	v, n := protowire.ConsumeVarint(b)
+	if n < 0 {
+		return 0, 0, nil, fieldErr("(tag)", protowire.ParseError(n).Error())
+	}
+	num := v >> 3
+	if num < uint64(protowire.MinValidNumber) || num > uint64(protowire.MaxValidNumber) {
+		return 0, 0, nil, fieldErr("(tag)", fmt.Sprintf("invalid field number %d", num))
+	}
+	typ := protowire.Type(v & 7)
+	if typ == protowire.EndGroupType {
+		return 0, 0, nil, fieldErr(fmt.Sprintf("(field %d)", num), "unexpected end group")
+	}
+	return protowire.Number(num), typ, b[n:], nil
+}
+
+// skipField skips the value of an unknown field.
+func skipField(b []byte, num protowire.Number, typ protowire.Type) ([]byte, error) {
+	n := protowire.ConsumeFieldValue(num, typ, b)
+	if n < 0 {
+		return nil, fieldErr(fmt.Sprintf("(field %d)", num), protowire.ParseError(n).Error())
+	}
+	return b[n:], nil
+}
+
+func consumeVarint(b []byte, field string) (uint64, []byte, error) {
+	v, n := protowire.ConsumeVarint(b)
+	if n < 0 {
+		return 0, nil, fieldErr(field, protowire.ParseError(n).Error())
+	}
+	return v, b[n:], nil
+}
+
+func consumeFixed64(b []byte, field string) (uint64, []byte, error) {
+	v, n := protowire.ConsumeFixed64(b)
+	if n < 0 {
+		return 0, nil, fieldErr(field, protowire.ParseError(n).Error())
+	}
+	return v, b[n:], nil
+}
+
+func consumeBytes(b []byte, field string) ([]byte, []byte, error) {
+	v, n := protowire.ConsumeBytes(b)
+	if n < 0 {
+		return nil, nil, fieldErr(field, protowire.ParseError(n).Error())
+	}
+	return v, b[n:], nil
+}
+
+// consumeString reads a proto3 string field, which must be UTF-8, and
+// returns it as hint when the bytes are the same.
+func consumeString(b []byte, field, hint string) (string, []byte, error) {
+	v, b, err := consumeBytes(b, field)
+	if err != nil {
+		return "", nil, err
+	}
+	if string(v) == hint {
+		return hint, b, nil
+	}
+	if !utf8.Valid(v) {
+		return "", nil, fieldErr(field, "string field contains invalid UTF-8")
+	}
+	return string(v), b, nil
+}
+
+// checkPackedVarints checks the content of a packed repeated varint field.
+func checkPackedVarints(b []byte, field string) error {
+	for len(b) > 0 {
+		_, n := protowire.ConsumeVarint(b)
+		if n < 0 {
+			return fieldErr(field, protowire.ParseError(n).Error())
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+// decode decodes b, a SampleStreamResponse, into r.entries.
+func (r *sampleResponse) decode(b []byte) error {
+	// Count the entries first, to allocate them at once.
+	count := 0
+	for rest := b; len(rest) > 0; {
+		num, typ, after, err := consumeTag(rest)
+		if err != nil {
+			break // reported below
+		}
+		if num == 1 && typ == protowire.BytesType {
+			count++
+		}
+		if rest, err = skipField(after, num, typ); err != nil {
+			break
+		}
+	}
+	r.entries = make([]sampleEntry, 0, count)
+	for len(b) > 0 {
+		num, typ, rest, err := consumeTag(b)
+		if err != nil {
+			return inMessage("SampleStreamResponse", err)
+		}
+		b = rest
+		if num == 1 && typ == protowire.BytesType {
+			var v []byte
+			if v, b, err = consumeBytes(b, "entries"); err == nil {
+				r.entries = append(r.entries, sampleEntry{})
+				err = inField("entries", decodeEntry(v, &r.entries[len(r.entries)-1], r.table))
+			}
+		} else {
+			b, err = skipField(b, num, typ)
+		}
+		if err != nil {
+			return inMessage("SampleStreamResponse", err)
+		}
+	}
+	return nil
+}
+
+func decodeEntry(b []byte, e *sampleEntry, table string) error {
+	for len(b) > 0 {
+		num, typ, rest, err := consumeTag(b)
+		if err != nil {
+			return err
+		}
+		b = rest
+		var v []byte
+		var x uint64
+		switch {
+		case num == 1 && typ == protowire.BytesType:
+			if v, b, err = consumeBytes(b, "info"); err == nil {
+				if e.info == nil {
+					e.info = &sampleInfo{}
+				}
+				err = inField("info", decodeInfo(v, e.info, table))
+			}
+		case num == 2 && typ == protowire.BytesType:
+			if v, b, err = consumeBytes(b, "data"); err == nil {
+				e.chunks = append(e.chunks, sampleChunk{})
+				err = inField("data", decodeChunkData(v, &e.chunks[len(e.chunks)-1]))
+			}
+		case num == 3 && typ == protowire.VarintType:
+			x, b, err = consumeVarint(b, "end_of_sequence")
+			e.end = x != 0
+		default:
+			b, err = skipField(b, num, typ)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func decodeInfo(b []byte, info *sampleInfo, table string) error {
+	for len(b) > 0 {
+		num, typ, rest, err := consumeTag(b)
+		if err != nil {
+			return err
+		}
+		b = rest
+		var v []byte
+		var x uint64
+		switch {
+		case num == 1 && typ == protowire.BytesType:
+			if v, b, err = consumeBytes(b, "item"); err == nil {
+				err = inField("item", decodeItem(v, &info.item, table))
+			}
+		case num == 2 && typ == protowire.Fixed64Type:
+			x, b, err = consumeFixed64(b, "probability")
+			info.probability = math.Float64frombits(x)
+		case num == 3 && typ == protowire.VarintType:
+			x, b, err = consumeVarint(b, "table_size")
+			info.tableSize = int64(x)
+		case num == 4 && typ == protowire.VarintType:
+			x, b, err = consumeVarint(b, "rate_limited")
+			info.rateLimited = x != 0
+		default:
+			b, err = skipField(b, num, typ)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func decodeItem(b []byte, it *sampleItem, table string) error {
+	for len(b) > 0 {
+		num, typ, rest, err := consumeTag(b)
+		if err != nil {
+			return err
+		}
+		b = rest
+		var v []byte
+		var x uint64
+		switch {
+		case num == 1 && typ == protowire.VarintType:
+			x, b, err = consumeVarint(b, "key")
+			it.key = x
+		case num == 2 && typ == protowire.BytesType:
+			it.table, b, err = consumeString(b, "table", table)
+		case num == 3 && typ == protowire.VarintType:
+			_, b, err = consumeVarint(b, "deprecated_chunk_keys")
+		case num == 3 && typ == protowire.BytesType:
+			if v, b, err = consumeBytes(b, "deprecated_chunk_keys"); err == nil {
+				err = checkPackedVarints(v, "deprecated_chunk_keys")
+			}
+		case num == 4 && typ == protowire.BytesType:
+			if v, b, err = consumeBytes(b, "deprecated_sequence_range"); err == nil {
+				err = inField("deprecated_sequence_range", checkVarintMessage(v, 2))
+			}
+		case num == 5 && typ == protowire.Fixed64Type:
+			x, b, err = consumeFixed64(b, "priority")
+			it.priority = math.Float64frombits(x)
+		case num == 6 && typ == protowire.VarintType:
+			x, b, err = consumeVarint(b, "times_sampled")
+			it.timesSampled = int32(x)
+		case num == 7 && typ == protowire.BytesType:
+			if v, b, err = consumeBytes(b, "inserted_at"); err == nil {
+				it.hasInserted = true
+				err = inField("inserted_at", decodeTimestamp(v, it))
+			}
+		case num == 8 && typ == protowire.BytesType:
+			if v, b, err = consumeBytes(b, "flat_trajectory"); err == nil {
+				err = inField("flat_trajectory", decodeTrajectory(v, it))
+			}
+		default:
+			b, err = skipField(b, num, typ)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkVarintMessage checks a message whose fields 1..n are all varints
+// whose values the client ignores (SliceRange, SequenceRange).
+func checkVarintMessage(b []byte, n protowire.Number) error {
+	for len(b) > 0 {
+		num, typ, rest, err := consumeTag(b)
+		if err != nil {
+			return err
+		}
+		b = rest
+		if num <= n && typ == protowire.VarintType {
+			_, m := protowire.ConsumeVarint(b)
+			if m < 0 {
+				return fieldErr(fmt.Sprintf("(field %d)", num), protowire.ParseError(m).Error())
+			}
+			b = b[m:]
+		} else {
+			b, err = skipField(b, num, typ)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func decodeTimestamp(b []byte, it *sampleItem) error {
+	for len(b) > 0 {
+		num, typ, rest, err := consumeTag(b)
+		if err != nil {
+			return err
+		}
+		b = rest
+		var x uint64
+		switch {
+		case num == 1 && typ == protowire.VarintType:
+			x, b, err = consumeVarint(b, "seconds")
+			it.seconds = int64(x)
+		case num == 2 && typ == protowire.VarintType:
+			x, b, err = consumeVarint(b, "nanos")
+			it.nanos = int32(x)
+		default:
+			b, err = skipField(b, num, typ)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func decodeTrajectory(b []byte, it *sampleItem) error {
+	for len(b) > 0 {
+		num, typ, rest, err := consumeTag(b)
+		if err != nil {
+			return err
+		}
+		b = rest
+		if num == 1 && typ == protowire.BytesType {
+			var v []byte
+			if v, b, err = consumeBytes(b, "columns"); err == nil {
+				it.columns = append(it.columns, sampleColumn{})
+				err = inField("columns", decodeColumn(v, &it.columns[len(it.columns)-1]))
+			}
+		} else {
+			b, err = skipField(b, num, typ)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func decodeColumn(b []byte, col *sampleColumn) error {
+	for len(b) > 0 {
+		num, typ, rest, err := consumeTag(b)
+		if err != nil {
+			return err
+		}
+		b = rest
+		var v []byte
+		var x uint64
+		switch {
+		case num == 1 && typ == protowire.BytesType:
+			if v, b, err = consumeBytes(b, "chunk_slices"); err == nil {
+				col.slices = append(col.slices, chunkSliceRef{})
+				err = inField("chunk_slices", decodeChunkSlice(v, &col.slices[len(col.slices)-1]))
+			}
+		case num == 2 && typ == protowire.VarintType:
+			x, b, err = consumeVarint(b, "squeeze")
+			col.squeeze = x != 0
+		default:
+			b, err = skipField(b, num, typ)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func decodeChunkSlice(b []byte, s *chunkSliceRef) error {
+	for len(b) > 0 {
+		num, typ, rest, err := consumeTag(b)
+		if err != nil {
+			return err
+		}
+		b = rest
+		var x uint64
+		switch {
+		case num == 1 && typ == protowire.VarintType:
+			x, b, err = consumeVarint(b, "chunk_key")
+			s.key = x
+		case num == 2 && typ == protowire.VarintType:
+			x, b, err = consumeVarint(b, "offset")
+			s.offset = int32(x)
+		case num == 3 && typ == protowire.VarintType:
+			x, b, err = consumeVarint(b, "length")
+			s.length = int32(x)
+		case num == 4 && typ == protowire.VarintType:
+			x, b, err = consumeVarint(b, "index")
+			s.index = int32(x)
+		default:
+			b, err = skipField(b, num, typ)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func decodeChunkData(b []byte, c *sampleChunk) error {
+	for len(b) > 0 {
+		num, typ, rest, err := consumeTag(b)
+		if err != nil {
+			return err
+		}
+		b = rest
+		var v []byte
+		var x uint64
+		switch {
+		case num == 1 && typ == protowire.VarintType:
+			x, b, err = consumeVarint(b, "chunk_key")
+			c.key = x
+		case num == 2 && typ == protowire.BytesType:
+			if v, b, err = consumeBytes(b, "sequence_range"); err == nil {
+				err = inField("sequence_range", checkVarintMessage(v, 4))
+			}
+		case num == 3 && typ == protowire.BytesType:
+			if v, b, err = consumeBytes(b, "deprecated_data"); err == nil {
+				c.deprecated = append(c.deprecated, wireTensor{})
+				err = inField("deprecated_data", decodeWireTensor(v, &c.deprecated[len(c.deprecated)-1]))
+			}
+		case num == 4 && typ == protowire.VarintType:
+			x, b, err = consumeVarint(b, "delta_encoded")
+			c.delta = x != 0
+		case num == 5 && typ == protowire.BytesType:
+			if v, b, err = consumeBytes(b, "data"); err == nil {
+				err = inField("data", decodeChunkTensors(v, c))
+			}
+		case num == 6 && typ == protowire.VarintType:
+			_, b, err = consumeVarint(b, "data_tensors_len")
+		case num == 7 && typ == protowire.VarintType:
+			_, b, err = consumeVarint(b, "data_uncompressed_size")
+		default:
+			b, err = skipField(b, num, typ)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// decodeChunkTensors decodes a ChunkData.Data, appending its tensors.
+func decodeChunkTensors(b []byte, c *sampleChunk) error {
+	for len(b) > 0 {
+		num, typ, rest, err := consumeTag(b)
+		if err != nil {
+			return err
+		}
+		b = rest
+		if num == 1 && typ == protowire.BytesType {
+			var v []byte
+			if v, b, err = consumeBytes(b, "tensors"); err == nil {
+				c.tensors = append(c.tensors, wireTensor{})
+				err = inField("tensors", decodeWireTensor(v, &c.tensors[len(c.tensors)-1]))
+			}
+		} else {
+			b, err = skipField(b, num, typ)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// typedValueField reports whether num is one of TensorProto's typed value
+// fields (half_val, float_val, ..., uint64_val).
+func typedValueField(num protowire.Number) bool {
+	return num >= 5 && num <= 13 || num == 16 || num == 17
+}
+
+// decodeWireTensor decodes a TensorProto. One with typed value fields is
+// unmarshaled by proto.Unmarshal instead, as it is rare.
+func decodeWireTensor(b []byte, t *wireTensor) error {
+	all := b
+	for len(b) > 0 {
+		num, typ, rest, err := consumeTag(b)
+		if err != nil {
+			return err
+		}
+		b = rest
+		var v []byte
+		var x uint64
+		switch {
+		case num == 1 && typ == protowire.VarintType:
+			x, b, err = consumeVarint(b, "dtype")
+			t.dtype = DType(int32(x))
+		case num == 2 && typ == protowire.BytesType:
+			if v, b, err = consumeBytes(b, "tensor_shape"); err == nil {
+				err = inField("tensor_shape", decodeShape(v, t))
+			}
+		case num == 3 && typ == protowire.VarintType:
+			_, b, err = consumeVarint(b, "version_number")
+		case num == 4 && typ == protowire.BytesType:
+			v, b, err = consumeBytes(b, "tensor_content")
+			t.content = v
+			if len(v) == 0 {
+				t.content = nil
+			}
+		case typedValueField(num):
+			pb := &tensorflowpb.TensorProto{}
+			if err := proto.Unmarshal(all, pb); err != nil {
+				return &wireError{cause: err.Error()}
+			}
+			*t = wireTensor{pb: pb}
+			return nil
+		default:
+			b, err = skipField(b, num, typ)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func decodeShape(b []byte, t *wireTensor) error {
+	for len(b) > 0 {
+		num, typ, rest, err := consumeTag(b)
+		if err != nil {
+			return err
+		}
+		b = rest
+		var v []byte
+		var x uint64
+		switch {
+		case num == 2 && typ == protowire.BytesType:
+			if v, b, err = consumeBytes(b, "dim"); err == nil {
+				var size int64
+				size, err = decodeDim(v)
+				err = inField("dim", err)
+				t.dims = append(t.dims, size)
+			}
+		case num == 3 && typ == protowire.VarintType:
+			x, b, err = consumeVarint(b, "unknown_rank")
+			t.unknownRank = x != 0
+		default:
+			b, err = skipField(b, num, typ)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// decodeDim decodes a TensorShapeProto.Dim and returns its size.
+func decodeDim(b []byte) (int64, error) {
+	var size int64
+	for len(b) > 0 {
+		num, typ, rest, err := consumeTag(b)
+		if err != nil {
+			return 0, err
+		}
+		b = rest
+		var x uint64
+		switch {
+		case num == 1 && typ == protowire.VarintType:
+			x, b, err = consumeVarint(b, "size")
+			size = int64(x)
+		case num == 2 && typ == protowire.BytesType:
+			_, b, err = consumeString(b, "name", "")
+		default:
+			b, err = skipField(b, num, typ)
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
+	return size, nil
+}
+
+// insertResponse is an InsertStreamResponse. Its keys are overwritten by
+// the next response decoded into it.
+type insertResponse struct {
+	keys []uint64
+}
+
+// GetKeys returns the confirmed keys, as InsertStreamResponse's GetKeys.
+func (r *insertResponse) GetKeys() []uint64 { return r.keys }
+
+func (r *insertResponse) decode(b []byte) error {
+	r.keys = r.keys[:0]
+	for len(b) > 0 {
+		num, typ, rest, err := consumeTag(b)
+		if err != nil {
+			return inMessage("InsertStreamResponse", err)
+		}
+		b = rest
+		var v []byte
+		var x uint64
+		switch {
+		case num == 1 && typ == protowire.VarintType:
+			x, b, err = consumeVarint(b, "keys")
+			r.keys = append(r.keys, x)
+		case num == 1 && typ == protowire.BytesType:
+			if v, b, err = consumeBytes(b, "keys"); err == nil {
+				for len(v) > 0 {
+					if x, v, err = consumeVarint(v, "keys"); err != nil {
+						break
+					}
+					r.keys = append(r.keys, x)
+				}
+			}
+		default:
+			b, err = skipField(b, num, typ)
+		}
+		if err != nil {
+			return inMessage("InsertStreamResponse", err)
+		}
+	}
+	return nil
+}
