@@ -5,6 +5,11 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
+func init() {
+	// Tests catch any use of a pooled buffer after it was freed.
+	poisonFreed = true
+}
+
 // InsertRequestProto returns, as an InsertStreamRequest, a message that a
 // writer passes to SendMsg on an insert stream (the writer sends its own
 // pre-encoded type), so that tests can record what the writer sends. It

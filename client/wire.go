@@ -193,18 +193,31 @@ func (h *chunkHead) appendSuffix(b []byte) []byte {
 // bytes are raw. raw is only read: it may be the caller's tensor data. The
 // Snappy output is written straight into the returned buffer, between the
 // fields that precede and follow it, so the content is copied once.
-func encodeChunkRaw(h *chunkHead, raw []byte) ([]byte, error) {
+//
+// When pool is not nil and the encoding may reach bigChunkBytes, its
+// buffer comes from pool and is also returned as a mem.Buffer holding one
+// reference, for the caller to free once nothing reads the encoding any
+// more; otherwise that mem.Buffer is nil.
+func encodeChunkRaw(h *chunkHead, raw []byte, pool mem.BufferPool) ([]byte, mem.Buffer, error) {
 	if len(raw) > maxSnappyInput {
-		return nil, fmt.Errorf("client: tensor of %d bytes is too large for Snappy", len(raw))
+		return nil, nil, fmt.Errorf("client: tensor of %d bytes is too large for Snappy", len(raw))
 	}
 	maxContent := snappy.MaxEncodedLen(len(raw))
 	if maxContent < 0 {
-		return nil, fmt.Errorf("client: tensor of %d bytes is too large for Snappy", len(raw))
+		return nil, nil, fmt.Errorf("client: tensor of %d bytes is too large for Snappy", len(raw))
 	}
 	// Varint sizes grow with the value, so the prefix for the largest
 	// possible content is at least as long as the real one.
 	head := h.prefixLen(maxContent)
-	buf := make([]byte, head+maxContent+chunkSuffixMax)
+	size := head + maxContent + chunkSuffixMax
+	var buf []byte
+	var bufp *[]byte
+	if pool != nil && size >= bigChunkBytes {
+		bufp = pool.Get(size)
+		buf = *bufp
+	} else {
+		buf = make([]byte, size)
+	}
 	content := snappy.Encode(buf[head:head+maxContent], raw)
 	if len(content) > 0 && &content[0] != &buf[head] {
 		copy(buf[head:], content) // snappy allocated: not expected, as dst is large enough
@@ -212,7 +225,16 @@ func encodeChunkRaw(h *chunkHead, raw []byte) ([]byte, error) {
 	start := head - h.prefixLen(len(content))
 	h.appendPrefix(buf[start:start], len(content))
 	out := h.appendSuffix(buf[:head+len(content)])
-	return out[start:len(out):len(out)], nil
+	enc := out[start:len(out):len(out)]
+	if bufp == nil {
+		return enc, nil, nil
+	}
+	// The buffer as a mem.Buffer of the encoding alone: the bytes before
+	// start are split off and their reference dropped.
+	*bufp = out
+	pre, encBuf := mem.SplitUnsafe(mem.NewBuffer(bufp, pool), start)
+	pre.Free()
+	return enc, encBuf, nil
 }
 
 // encodeChunkStrings returns the encoded ChunkData of a DT_STRING chunk
@@ -312,6 +334,9 @@ type insertRequest struct {
 	chunks [][]byte // encoded ChunkData
 	items  [][]byte // encoded PrioritizedItem
 	keep   []uint64 // keep_chunk_keys
+	// bufs[i], when not nil, is a reference to the pooled buffer of
+	// chunks[i], which marshal hands over to gRPC.
+	bufs []mem.Buffer
 }
 
 // bigChunkBytes is the size from which a chunk's encoding is handed to gRPC
@@ -408,13 +433,17 @@ func (r *insertRequest) marshal(pool mem.BufferPool) mem.BufferSlice {
 	out := make(mem.BufferSlice, 0, 2*nbig+1)
 	rest := mem.NewBuffer(buf, pool)
 	prev, i := 0, 0
-	for _, c := range r.chunks {
+	for j, c := range r.chunks {
 		if len(c) < bigChunkBytes {
 			continue
 		}
 		var part mem.Buffer
 		part, rest = mem.SplitUnsafe(rest, cuts[i]-prev)
-		out = append(out, part, mem.SliceBuffer(c))
+		var big mem.Buffer = mem.SliceBuffer(c)
+		if j < len(r.bufs) && r.bufs[j] != nil {
+			big, r.bufs[j] = r.bufs[j], nil // gRPC frees it
+		}
+		out = append(out, part, big)
 		prev = cuts[i]
 		i++
 	}
@@ -511,11 +540,21 @@ func (p *dirtyPool) Get(n int) *[]byte {
 	return &b
 }
 
+// poisonFreed makes dirtyPool overwrite the buffers it takes back, so that
+// tests see any use of a buffer after it was freed.
+var poisonFreed = false
+
 func (p *dirtyPool) Put(b *[]byte) {
 	n := cap(*b)
 	c := p.class(n)
 	if c < 0 || n != 1<<(c+dirtyPoolMinShift) {
 		return
+	}
+	if poisonFreed {
+		full := (*b)[:n]
+		for i := range full {
+			full[i] = 0xa5
+		}
 	}
 	*b = (*b)[:0]
 	p.pools[c].Put(b)

@@ -91,7 +91,20 @@ func TestEncodeChunkWire(t *testing.T) {
 				deltaEncodeInPlace(raw, size, rowBytes(stacked))
 			}
 			h.uncompressed = int64(len(raw))
-			enc, err = encodeChunkRaw(&h, raw)
+			var pool mem.BufferPool
+			if i%2 == 0 {
+				pool = newDirtyPool()
+			}
+			var buf mem.Buffer
+			enc, buf, err = encodeChunkRaw(&h, raw, pool)
+			if buf != nil {
+				if d := buf.ReadOnlyData(); len(d) != len(enc) || &d[0] != &enc[0] {
+					t.Fatalf("case %d: the pooled buffer holds %d bytes, not the %d of the encoding", i, len(d), len(enc))
+				}
+				defer buf.Free()
+			} else if pool != nil && len(enc) >= bigChunkBytes {
+				t.Fatalf("case %d: a chunk encoding of %d bytes is not pooled", i, len(enc))
+			}
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -192,9 +205,18 @@ func TestInsertRequestWire(t *testing.T) {
 			for j := range data {
 				data[j] = byte(r.UintN(256))
 			}
-			enc, err := encodeChunkRaw(&h, data)
+			enc, buf, err := encodeChunkRaw(&h, data, pool)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if buf != nil && r.IntN(2) == 0 {
+				// The request's reference, handed over to gRPC.
+				buf.Ref()
+				req.bufs = append(req.bufs, make([]mem.Buffer, len(req.chunks)+1-len(req.bufs))...)
+				req.bufs[len(req.chunks)] = buf
+			}
+			if buf != nil {
+				defer buf.Free()
 			}
 			req.chunks = append(req.chunks, enc)
 			cd := &reverbpb.ChunkData{}

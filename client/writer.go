@@ -9,6 +9,8 @@ import (
 	"sort"
 	"sync"
 	"unicode/utf8"
+
+	"google.golang.org/grpc/mem"
 )
 
 // DefaultMaxInFlightItems is the bound on unconfirmed items used when
@@ -135,6 +137,12 @@ type writerChunk struct {
 	// enc is the encoded ChunkData once finalised, nil before. It is never
 	// modified afterwards: requests reference it while gRPC sends them.
 	enc []byte
+	// encBuf, when not nil, is the writer's reference to enc's pooled
+	// buffer, freed (and enc dropped) when users falls to zero.
+	encBuf mem.Buffer
+	// users counts the live history cells of the chunk and the items in
+	// the queue or in flight that reference it.
+	users int
 	// heldBy is the id of the insert stream whose server side holds the
 	// chunk, 0 if none; keptBy marks the chunk while a request lists the
 	// chunks to keep. See nextRequest.
@@ -261,6 +269,7 @@ func (w *TrajectoryWriter) Append(ctx context.Context, step map[string]Tensor) e
 		for _, col := range w.columns {
 			if c := col.hist[0]; c != nil {
 				c.live = false
+				c.chunk.dropUser()
 			}
 			col.hist[0] = nil
 			col.hist = col.hist[1:]
@@ -337,6 +346,7 @@ func (w *TrajectoryWriter) appendRowLocked(col *writerColumn, t Tensor) error {
 		cell = &writerCell{}
 	}
 	*cell = writerCell{chunk: ch, row: ch.rows, live: true}
+	ch.users++
 	col.hist[len(col.hist)-1] = cell
 	ch.end = w.episodeStep
 	ch.rows++
@@ -401,7 +411,7 @@ func (w *TrajectoryWriter) finaliseLocked(col *writerColumn, single *Tensor) err
 			deltaEncodeInPlace(raw, size, len(raw)/ch.rows)
 		}
 		h.uncompressed = int64(len(raw))
-		enc, err = encodeChunkRaw(&h, raw)
+		enc, ch.encBuf, err = encodeChunkRaw(&h, raw, wirePool)
 	}
 	ch.data, ch.strs = nil, nil
 	if err != nil {
@@ -537,11 +547,25 @@ func (w *TrajectoryWriter) newItemLocked(table string, priority float64, traject
 			}
 		}
 	}
+	for _, ch := range it.chunks {
+		ch.users++
+	}
 	w.nextSeq++
 	it.seq = w.nextSeq
 	it.key = NewKey()
 	it.enc = encodeItem(it.key, table, priority, slices, colEnd, squeeze)
 	return it, nil
+}
+
+// dropUser records that a history cell or an item no longer references
+// the chunk. With no user left the chunk can never be sent again, and its
+// pooled buffer goes back to the pool once gRPC has sent it.
+func (ch *writerChunk) dropUser() {
+	ch.users--
+	if ch.users == 0 && ch.encBuf != nil {
+		ch.encBuf.Free()
+		ch.encBuf, ch.enc = nil, nil
+	}
 }
 
 func containsChunk(chunks []*writerChunk, ch *writerChunk) bool {
@@ -612,6 +636,7 @@ func (w *TrajectoryWriter) EndEpisode(ctx context.Context, clearBuffers bool) er
 			for _, c := range col.hist {
 				if c != nil {
 					c.live = false
+					c.chunk.dropUser()
 				}
 			}
 			col.hist = nil

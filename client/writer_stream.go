@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/mem"
 )
 
 const (
@@ -178,7 +179,12 @@ func (w *TrajectoryWriter) confirm(keys []uint64) {
 	defer w.mu.Unlock()
 	n := len(w.inflight)
 	for _, k := range keys {
-		delete(w.inflight, k)
+		if it, ok := w.inflight[k]; ok {
+			delete(w.inflight, k)
+			for _, ch := range it.chunks {
+				ch.dropUser()
+			}
+		}
 	}
 	if len(w.inflight) != n {
 		w.notifyLocked()
@@ -244,6 +250,13 @@ func (w *TrajectoryWriter) nextRequest(sc *streamChunks, recvDone <-chan struct{
 			if ch.heldBy != sc.id {
 				ch.heldBy = sc.id
 				sc.held = append(sc.held, ch)
+				if ch.encBuf != nil {
+					// The request's own reference: the writer may free its
+					// one while gRPC still sends the bytes.
+					ch.encBuf.Ref()
+					req.bufs = append(req.bufs, make([]mem.Buffer, len(req.chunks)+1-len(req.bufs))...)
+					req.bufs[len(req.chunks)] = ch.encBuf
+				}
 				req.chunks = append(req.chunks, ch.enc)
 				size += len(ch.enc)
 			}

@@ -1,9 +1,14 @@
 package client_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
@@ -11,6 +16,7 @@ import (
 	"github.com/reverie-rl/reverie/api/reverbpb"
 	"github.com/reverie-rl/reverie/client"
 	"github.com/reverie-rl/reverie/server"
+	"github.com/reverie-rl/reverie/server/servertest"
 )
 
 // TestWriterRequestsMatchEncodeChunk records what a writer sends for steps
@@ -221,5 +227,70 @@ func TestWriterTableNotUTF8(t *testing.T) {
 	}
 	if err := w.Flush(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// wtBig is a step of random float32s that Snappy cannot shrink, so that
+// chunks of it are encoded into pooled buffers.
+func wtBig(i int) client.Tensor {
+	r := rand.New(rand.NewPCG(uint64(i), 3))
+	vals := make([]float32, 5000)
+	for j := range vals {
+		vals[j] = r.Float32()
+	}
+	return client.Vector(vals)
+}
+
+// TestWriterResendBigChunks loses the confirmations of items with big
+// chunks (pooled buffers, handed to gRPC without copying), breaks the
+// connection so that they are re-sent, goes on writing (freed buffers are
+// reused, and the tests poison them), and checks every item the server
+// holds.
+func TestWriterResendBigChunks(t *testing.T) {
+	s := servertest.Start(t, server.Config{Tables: []server.TableConfig{server.QueueTable("q", 100)}})
+	proxy := wtStartProxy(t, s.Addr)
+	var rec wtRecorder
+	c := wtDial(t, proxy.lis.Addr().String(), client.WithDialOptions(grpc.WithStreamInterceptor(rec.interceptor)))
+	ctx := wtCtx(t)
+	w := wtWriter(t, c, client.WriterOptions{NumKeepAliveRefs: 3, ChunkLength: 2, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+
+	write := func(from, to int) {
+		for i := from; i < to; i++ {
+			if err := w.Append(ctx, map[string]client.Tensor{"obs": wtBig(i)}); err != nil {
+				t.Fatal(err)
+			}
+			if i > 0 {
+				if err := w.CreateItem(ctx, "q", 1, []client.TrajectoryColumn{w.History("obs").Last(2), w.History("obs").At(-1).Squeeze()}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	const total = 40
+	write(0, 10)
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Items sent while the server's replies are lost (flow control stops
+	// the stream soon, too) are re-sent on a new connection.
+	proxy.mute.Store(true)
+	write(10, 20)
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if err := w.Flush(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Flush without confirmations = %v, want context.DeadlineExceeded", err)
+	}
+	proxy.mute.Store(false)
+	proxy.drop()
+	write(20, total+1)
+	if err := w.Flush(ctx); err != nil {
+		t.Fatalf("Flush after reconnecting: %v", err)
+	}
+	if n := len(rec.itemKeys()); n < 2 {
+		t.Fatalf("%d insert streams, want a second one after the connection broke", n)
+	}
+	for k, smp := range wtSampleN(t, s.Client, "q", total) {
+		wtCheckColumn(t, fmt.Sprintf("sample %d column 0", k), smp.cols[0], wtStack(t, wtRange(k, k+2, wtBig)))
+		wtCheckColumn(t, fmt.Sprintf("sample %d column 1", k), smp.cols[1], wtBig(k+1))
 	}
 }
