@@ -50,7 +50,6 @@ var (
 	tagSliceKey          = protowire.EncodeTag(1, protowire.VarintType)  // FlatTrajectory.ChunkSlice.chunk_key
 	tagSliceOffset       = protowire.EncodeTag(2, protowire.VarintType)  // FlatTrajectory.ChunkSlice.offset
 	tagSliceLength       = protowire.EncodeTag(3, protowire.VarintType)  // FlatTrajectory.ChunkSlice.length
-	tagSliceIndex        = protowire.EncodeTag(4, protowire.VarintType)  // FlatTrajectory.ChunkSlice.index
 	tagRequestChunks     = protowire.EncodeTag(1, protowire.BytesType)   // InsertStreamRequest.chunks
 	tagRequestItems      = protowire.EncodeTag(2, protowire.BytesType)   // InsertStreamRequest.items
 	tagRequestKeep       = protowire.EncodeTag(3, protowire.BytesType)   // InsertStreamRequest.keep_chunk_keys, packed
@@ -65,10 +64,6 @@ func sizeVarint(v uint64) int {
 	// stay cheap.
 	return int(9*uint32(bits.Len64(v))+64) / 64
 }
-
-// sizeInt32 is the size of a proto int32 or enum value: negative values
-// are sign-extended to 64 bits.
-func sizeInt32(v int32) int { return sizeVarint(uint64(int64(v))) }
 
 // sizeBytesField is the size of a length-delimited field of n bytes with a
 // one-byte tag.

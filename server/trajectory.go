@@ -120,25 +120,3 @@ func parseSlice(b []byte) trajSlice {
 	}
 	return s
 }
-
-// eachSlice calls fn with every chunk slice of the encoded FlatTrajectory
-// traj, in order, until fn returns false.
-func eachSlice(traj []byte, fn func(trajSlice) bool) {
-	for rest := traj; ; {
-		col, r, ok := nextMessage(rest, trajColumnsField)
-		if !ok {
-			return
-		}
-		rest = r
-		for cr := col; ; {
-			sl, r, ok := nextMessage(cr, columnSlicesField)
-			if !ok {
-				break
-			}
-			cr = r
-			if !fn(parseSlice(sl)) {
-				return
-			}
-		}
-	}
-}
