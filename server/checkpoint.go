@@ -358,7 +358,11 @@ func (s *Server) restore(path string) (uint64, error) {
 			hdr, cur = r.Table, s.tables[r.Table.GetTableName()]
 			return cur.BeginRestore()
 		case checkpoint.KindChunk:
-			chunks[r.Chunk.GetChunkKey()] = s.chunks.Insert(r.Chunk)
+			m, err := chunkstore.ParseMeta(r.ChunkBytes) // cannot fail: Read checked the encoding
+			if err != nil {
+				return fmt.Errorf("chunk record at byte offset %d: %v", r.Offset, err)
+			}
+			chunks[m.Key] = s.chunks.InsertEncoded(m, r.ChunkBytes)
 		case checkpoint.KindItem:
 			return restoreItem(cur, r, chunks)
 		case checkpoint.KindTableEnd:

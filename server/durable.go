@@ -88,8 +88,12 @@ func (s *Server) recoverWAL(mark uint64) error {
 	var firstMissing string
 	apply := func(r *wal.Record) error {
 		if r.Op == wal.OpChunk {
-			if _, ok := chunks[r.Chunk.GetChunkKey()]; !ok {
-				chunks[r.Chunk.GetChunkKey()] = s.chunks.Insert(r.Chunk)
+			m, err := chunkstore.ParseMeta(r.ChunkBytes)
+			if err != nil {
+				return fmt.Errorf("%w: %s at byte offset %d: chunk: %v", wal.ErrCorrupt, r.File, r.Offset, err)
+			}
+			if _, ok := chunks[m.Key]; !ok {
+				chunks[m.Key] = s.chunks.InsertEncoded(m, r.ChunkBytes)
 			}
 			return nil
 		}

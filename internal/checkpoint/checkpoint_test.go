@@ -76,7 +76,7 @@ func writeFixture(t *testing.T, root string) (string, fixture) {
 			t.Fatal(err)
 		}
 		if fresh {
-			fx.recs = append(fx.recs, &Record{Kind: KindChunk, Chunk: c})
+			fx.recs = append(fx.recs, &Record{Kind: KindChunk, ChunkBytes: mustMarshal(t, c)})
 		}
 	}
 	// chunkEncoded writes c through ChunkEncoded, as the server does.
@@ -90,7 +90,7 @@ func writeFixture(t *testing.T, root string) (string, fixture) {
 			t.Fatal(err)
 		}
 		if fresh {
-			fx.recs = append(fx.recs, &Record{Kind: KindChunk, Chunk: c})
+			fx.recs = append(fx.recs, &Record{Kind: KindChunk, ChunkBytes: mustMarshal(t, c)})
 		}
 	}
 	item := func(it *reverbpb.PrioritizedItem) {
@@ -157,7 +157,7 @@ func TestRoundTrip(t *testing.T) {
 	}
 	for i, r := range got {
 		w := fx.recs[i]
-		if r.Kind != w.Kind || r.Count != w.Count || !proto.Equal(r.Table, w.Table) || !proto.Equal(r.Chunk, w.Chunk) || !proto.Equal(r.Item, w.Item) {
+		if r.Kind != w.Kind || r.Count != w.Count || !proto.Equal(r.Table, w.Table) || !proto.Equal(decodeChunk(t, r.ChunkBytes), decodeChunk(t, w.ChunkBytes)) || !proto.Equal(r.Item, w.Item) {
 			t.Fatalf("record %d: got %+v, want %+v", i, r, w)
 		}
 		if i > 0 && r.Offset <= got[i-1].Offset {
@@ -429,8 +429,8 @@ func TestLargeRecord(t *testing.T) {
 	}
 	var got *reverbpb.ChunkData
 	if _, err := Load(filepath.Join(dir, FileName), func(r *Record) error {
-		if r.Chunk != nil {
-			got = r.Chunk
+		if r.ChunkBytes != nil {
+			got = decodeChunk(t, r.ChunkBytes)
 		}
 		return nil
 	}); err != nil {
@@ -439,4 +439,26 @@ func TestLargeRecord(t *testing.T) {
 	if !proto.Equal(got, c) {
 		t.Fatal("large chunk differs after the round trip")
 	}
+}
+
+func mustMarshal(t testing.TB, m proto.Message) []byte {
+	t.Helper()
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// decodeChunk decodes a record's chunk bytes (nil for none).
+func decodeChunk(t testing.TB, b []byte) *reverbpb.ChunkData {
+	t.Helper()
+	if b == nil {
+		return nil
+	}
+	c := &reverbpb.ChunkData{}
+	if err := proto.Unmarshal(b, c); err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

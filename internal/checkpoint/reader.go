@@ -11,6 +11,7 @@ import (
 	"os"
 
 	"github.com/reverie-rl/reverie/api/reverbpb"
+	"github.com/reverie-rl/reverie/internal/pbvalid"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
@@ -19,14 +20,18 @@ import (
 // version this package does not read.
 var ErrUnsupportedVersion = errors.New("checkpoint: unsupported format version")
 
+var chunkValidator = pbvalid.For((&reverbpb.ChunkData{}).ProtoReflect().Descriptor())
+
 // Record is one record of a checkpoint file, as Load hands it over.
 type Record struct {
 	Kind Kind
 	// Offset is the record's byte offset in the file.
 	Offset int64
 	Table  *reverbpb.PriorityTableCheckpoint // KindTable
-	Chunk  *reverbpb.ChunkData               // KindChunk
-	Item   *reverbpb.PrioritizedItem         // KindItem
+	// ChunkBytes is a ChunkData's encoding as stored (KindChunk), owned
+	// by the callback; Read checked that it decodes.
+	ChunkBytes []byte
+	Item       *reverbpb.PrioritizedItem // KindItem
 	// Count is the number of items of the table a KindTableEnd closes.
 	Count int64
 }
@@ -217,10 +222,10 @@ func scan(path string, fn func(*Record) error) (*Summary, error) {
 			chunks[key] = struct{}{}
 			sum.Chunks++
 			if fn != nil {
-				rec.Chunk = &reverbpb.ChunkData{}
-				if err := proto.Unmarshal(payload, rec.Chunk); err != nil {
+				if err := chunkValidator.Check(payload); err != nil {
 					return nil, s.corrupt("chunk record is not a valid ChunkData: %v", err)
 				}
+				rec.ChunkBytes = bytes.Clone(payload) // kept as stored: not decoded
 			}
 		case KindItem:
 			if cur == nil {

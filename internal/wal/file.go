@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/reverie-rl/reverie/api/reverbpb"
+	"github.com/reverie-rl/reverie/internal/pbvalid"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -250,11 +251,15 @@ type Record struct {
 	// TrajectoryBytes is the encoding Trajectory was decoded from, as the
 	// table keeps it (OpInsert).
 	TrajectoryBytes []byte
-	Chunk           *reverbpb.ChunkData // OpChunk
+	// ChunkBytes is a ChunkData's encoding as logged (OpChunk); Replay
+	// checked that it decodes.
+	ChunkBytes []byte
 	// File and Offset locate the record, for messages.
 	File   string
 	Offset int64
 }
+
+var chunkValidator = pbvalid.For((&reverbpb.ChunkData{}).ProtoReflect().Descriptor())
 
 // decodePayload decodes a record's payload.
 func decodePayload(p []byte) (Record, error) {
@@ -269,10 +274,10 @@ func decodePayload(p []byte) (Record, error) {
 	}
 	r.Op, p = Op(p[0]), p[1:]
 	if r.Op == OpChunk {
-		r.Chunk = &reverbpb.ChunkData{}
-		if err := proto.Unmarshal(p, r.Chunk); err != nil {
+		if err := chunkValidator.Check(p); err != nil {
 			return r, fmt.Errorf("chunk: %w", err)
 		}
+		r.ChunkBytes = bytes.Clone(p) // kept as logged: not decoded
 		return r, nil
 	}
 	if r.Op < OpChunk || r.Op > OpReset {

@@ -111,8 +111,8 @@ func TestRoundTrip(t *testing.T) {
 		}
 		switch r.Op {
 		case OpChunk:
-			if r.Chunk.GetChunkKey() != k {
-				t.Fatalf("record %d: chunk %d, want %d", i, r.Chunk.GetChunkKey(), k)
+			if m, err := chunkstore.ParseMeta(r.ChunkBytes); err != nil || m.Key != k {
+				t.Fatalf("record %d: chunk %d (%v), want %d", i, m.Key, err, k)
 			}
 		case OpInsert:
 			if r.Table != "t" || r.Key != k || r.Priority != float64(k) || r.InsertedAt != int64(k)*1000 ||
