@@ -289,7 +289,11 @@ func TestPoolFailover(t *testing.T) {
 // pending and checks that the items, including ones over steps that have
 // left the history, are re-created on the next server with their data.
 func TestPoolWriterReplay(t *testing.T) {
-	a := ptStart(t, server.QueueTable("q", 100))
+	// a's queue holds one item, so the items after the first stay
+	// unconfirmed there until a is killed: a writer whose items were all
+	// confirmed would have nothing to move (its Flush succeeds), and the
+	// items would be lost with a, as the pool documents.
+	a := ptStart(t, server.QueueTable("q", 1))
 	b := ptStart(t, server.QueueTable("q", 100))
 	var logs ptLogs
 	pool := ptPool(t, &logs, a.addr, b.addr)
