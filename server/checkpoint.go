@@ -402,7 +402,8 @@ func (s *Server) restore(path string) (uint64, error) {
 func restoreItem(t *serverTable, r *checkpoint.Record, chunks map[uint64]*chunkstore.Chunk) error {
 	pi := r.Item
 	// Verify checked that every chunk is there.
-	cs, _, _ := trajectoryChunks(pi.GetFlatTrajectory(), func(key uint64) *chunkstore.Chunk { return chunks[key] })
+	traj := table.EncodeTrajectory(pi.GetFlatTrajectory())
+	cs, _, _ := trajectoryChunks(traj, func(key uint64) *chunkstore.Chunk { return chunks[key] })
 	var insertedAt int64
 	if pi.GetInsertedAt() != nil {
 		insertedAt = pi.GetInsertedAt().AsTime().UnixNano()
@@ -412,7 +413,7 @@ func restoreItem(t *serverTable, r *checkpoint.Record, chunks map[uint64]*chunks
 		Priority:     pi.GetPriority(),
 		TimesSampled: pi.GetTimesSampled(),
 		InsertedAt:   insertedAt,
-		Trajectory:   table.EncodeTrajectory(pi.GetFlatTrajectory()),
+		Trajectory:   traj,
 		Chunks:       cs,
 	})
 	if err != nil {

@@ -166,7 +166,7 @@ func (s *Server) recoverWAL(mark uint64) error {
 }
 
 func (s *Server) replayInsert(t *serverTable, r *wal.Record, chunks map[uint64]*chunkstore.Chunk) error {
-	cs, missing, ok := trajectoryChunks(r.Trajectory, func(key uint64) *chunkstore.Chunk {
+	cs, missing, ok := trajectoryChunks(r.TrajectoryBytes, func(key uint64) *chunkstore.Chunk {
 		if c := chunks[key]; c != nil {
 			return c
 		}

@@ -206,21 +206,19 @@ func checkSlice(sl trajSlice, c *chunkstore.Chunk) error {
 	return nil
 }
 
-// trajectoryChunks returns the distinct chunks traj names, in order of first
-// appearance, each with a new reference for the caller. lookup finds a
-// chunk by key (without a reference of its own to hand over). If lookup
-// finds no chunk for a key, trajectoryChunks takes no reference and returns
-// that key and false.
-func trajectoryChunks(traj *reverbpb.FlatTrajectory, lookup func(key uint64) *chunkstore.Chunk) (cs []*chunkstore.Chunk, missing uint64, ok bool) {
-	for _, col := range traj.GetColumns() {
-		for _, sl := range col.GetChunkSlices() {
-			c := lookup(sl.GetChunkKey())
-			if c == nil {
-				return nil, sl.GetChunkKey(), false
-			}
-			if !containsChunk(cs, c) {
-				cs = append(cs, c)
-			}
+// trajectoryChunks returns the distinct chunks the encoded trajectory traj
+// names, in order of first appearance, each with a new reference for the
+// caller. lookup finds a chunk by key (without a reference of its own to
+// hand over). If lookup finds no chunk for a key, trajectoryChunks takes no
+// reference and returns that key and false.
+func trajectoryChunks(traj []byte, lookup func(key uint64) *chunkstore.Chunk) (cs []*chunkstore.Chunk, missing uint64, ok bool) {
+	for sl := range slicesOf(traj) {
+		c := lookup(sl.chunkKey)
+		if c == nil {
+			return nil, sl.chunkKey, false
+		}
+		if !containsChunk(cs, c) {
+			cs = append(cs, c)
 		}
 	}
 	for _, c := range cs {

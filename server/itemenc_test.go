@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -153,6 +154,15 @@ func TestTrajectoryReaders(t *testing.T) {
 		want.ProtoReflect().SetUnknown(nil)
 		if got := walkTrajectory(b); !proto.Equal(got, want) {
 			t.Fatalf("case %d: readers found %v, proto.Unmarshal %v", i, got, want)
+		}
+		var all []trajSlice
+		for _, col := range want.Columns {
+			for _, sl := range col.ChunkSlices {
+				all = append(all, trajSlice{sl.ChunkKey, sl.Offset, sl.Length, sl.Index})
+			}
+		}
+		if got := slices.Collect(slicesOf(b)); !slices.Equal(got, all) {
+			t.Fatalf("case %d: slicesOf found %v, proto.Unmarshal %v", i, got, all)
 		}
 	}
 }

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"iter"
+
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
@@ -119,4 +121,28 @@ func parseSlice(b []byte) trajSlice {
 		b = b[k:]
 	}
 	return s
+}
+
+// slicesOf yields every chunk slice of the encoded FlatTrajectory traj, in
+// order.
+func slicesOf(traj []byte) iter.Seq[trajSlice] {
+	return func(yield func(trajSlice) bool) {
+		for rest := traj; ; {
+			col, r, ok := nextMessage(rest, trajColumnsField)
+			if !ok {
+				return
+			}
+			rest = r
+			for cr := col; ; {
+				sl, r, ok := nextMessage(cr, columnSlicesField)
+				if !ok {
+					break
+				}
+				cr = r
+				if !yield(parseSlice(sl)) {
+					return
+				}
+			}
+		}
+	}
 }

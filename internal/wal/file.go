@@ -15,7 +15,6 @@ import (
 
 	"github.com/reverie-rl/reverie/api/reverbpb"
 	"github.com/reverie-rl/reverie/internal/pbvalid"
-	"google.golang.org/protobuf/proto"
 )
 
 // Version is the segment format version this package writes and reads.
@@ -244,12 +243,11 @@ type Record struct {
 	// Table is empty for OpChunk.
 	Table        string
 	Key          uint64
-	Priority     float64                  // OpInsert, OpUpdate
-	TimesSampled int32                    // OpSample
-	InsertedAt   int64                    // OpInsert
-	Trajectory   *reverbpb.FlatTrajectory // OpInsert, decoded
-	// TrajectoryBytes is the encoding Trajectory was decoded from, as the
-	// table keeps it (OpInsert).
+	Priority     float64 // OpInsert, OpUpdate
+	TimesSampled int32   // OpSample
+	InsertedAt   int64   // OpInsert
+	// TrajectoryBytes is the item's FlatTrajectory, encoded as the table
+	// keeps it (OpInsert); Replay checked that it decodes.
 	TrajectoryBytes []byte
 	// ChunkBytes is a ChunkData's encoding as logged (OpChunk); Replay
 	// checked that it decodes.
@@ -259,7 +257,10 @@ type Record struct {
 	Offset int64
 }
 
-var chunkValidator = pbvalid.For((&reverbpb.ChunkData{}).ProtoReflect().Descriptor())
+var (
+	chunkValidator      = pbvalid.For((&reverbpb.ChunkData{}).ProtoReflect().Descriptor())
+	trajectoryValidator = pbvalid.For((&reverbpb.FlatTrajectory{}).ProtoReflect().Descriptor())
+)
 
 // decodePayload decodes a record's payload.
 func decodePayload(p []byte) (Record, error) {
@@ -317,8 +318,7 @@ func decodePayload(p []byte) (Record, error) {
 			return r, errors.New("bad inserted_at")
 		}
 		r.InsertedAt, p = at, p[n:]
-		r.Trajectory = &reverbpb.FlatTrajectory{}
-		if err := proto.Unmarshal(p, r.Trajectory); err != nil {
+		if err := trajectoryValidator.Check(p); err != nil {
 			return r, fmt.Errorf("flat_trajectory: %w", err)
 		}
 		r.TrajectoryBytes = bytes.Clone(p)
