@@ -21,12 +21,9 @@ $CONFORMANCE_TEST_TIMEOUT_S): a hang fails the test instead of the suite. Becaus
 the process leaves with os._exit once pytest has reported.
 """
 
-import functools
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +31,7 @@ import threading
 import time
 
 import pytest
+from testproc import ServerProcess, popen, reverie_binary, wait_for_port
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
@@ -62,89 +60,10 @@ def pytest_report_header(config):
   return f'conformance server: {config.getoption("--server")}'
 
 
-class ServerProcess:
-  """A server subprocess: its kind ('reverie' or 'reverb') and address."""
-
-  def __init__(self, kind, proc, address, log_path):
-    self.kind = kind
-    self.proc = proc
-    self.address = address
-    self.log_path = log_path
-
-  def stop(self):
-    """SIGTERM, then SIGKILL after 10 s."""
-    if self.proc.poll() is None:
-      self.proc.send_signal(signal.SIGTERM)
-      try:
-        self.proc.wait(10)
-      except subprocess.TimeoutExpired:
-        self.proc.kill()
-        self.proc.wait(10)
-    for f in (self.proc.stdin, self.proc.stdout):
-      if f is not None:
-        f.close()
-
-  def log_tail(self, n=40):
-    try:
-      with open(self.log_path, errors='replace') as f:
-        return ''.join(f.readlines()[-n:])
-    except OSError:
-      return ''
-
-
-def _popen(args, **kwargs):
-  """subprocess.Popen of args under `setpriv --pdeathsig TERM`, when setpriv
-  can do it, so that the child gets SIGTERM when pytest dies (Linux's
-  PDEATHSIG). setpriv execs the command, so the pid is the child's own.
-
-  This replaces a prctl call in a preexec function: with one, Popen forks
-  the process, gRPC threads and all, and runs gRPC's fork handlers in the
-  child; now and then that crashed the child before it could exec
-  ("epoll_wait error: Bad file descriptor" in its log and no server).
-  Without one, Popen uses vfork and no handler runs.
-  """
-  if _setpriv_pdeathsig():
-    args = ['setpriv', '--pdeathsig', 'TERM', '--'] + list(args)
-  return subprocess.Popen(args, **kwargs)  # pylint: disable=consider-using-with
-
-
-@functools.lru_cache(maxsize=None)
-def _setpriv_pdeathsig():
-  setpriv = shutil.which('setpriv')
-  if not setpriv:
-    return False
-  try:
-    out = subprocess.run([setpriv, '--help'], capture_output=True, text=True,
-                         timeout=10, check=False)
-  except (OSError, subprocess.SubprocessError):
-    return False
-  return '--pdeathsig' in out.stdout
-
-
-def _wait_for_port(host, port, deadline):
-  while time.monotonic() < deadline:
-    try:
-      with socket.create_connection((host, port), timeout=1):
-        return True
-    except OSError:
-      time.sleep(0.05)
-  return False
-
-
-def reverie_binary():
-  binary = os.environ.get('REVERIE_BIN')
-  if binary:
-    return binary
-  binary = os.path.join(ROOT, '.bin', 'reverie')
-  subprocess.run(['go', 'build', '-o', binary, './cmd/reverie'], cwd=ROOT,
-                 check=True, timeout=600)
-  return binary
-
-
 def start_reverie(config_path, log_path):
   """`reverie serve` on 127.0.0.1, a free port; its address from its log."""
   log = open(log_path, 'w')
-  proc = _popen(
+  proc = popen(
       [reverie_binary(), 'serve', '--config', config_path,
        '--listen', '127.0.0.1:0'],
       stdin=subprocess.DEVNULL, stdout=log, stderr=log)
@@ -157,7 +76,7 @@ def start_reverie(config_path, log_path):
     if m:
       address = m.group(1)
       host, port = address.rsplit(':', 1)
-      if _wait_for_port(host, int(port), deadline):
+      if wait_for_port(host, int(port), deadline):
         return ServerProcess('reverie', proc, address, log_path)
     if proc.poll() is not None:
       break
@@ -171,7 +90,7 @@ def start_reverie(config_path, log_path):
 def start_reverb(config_path, log_path):
   """Reverb's server through reverb_launcher.py; it prints `port=N`."""
   log = open(log_path, 'w')
-  proc = _popen(
+  proc = popen(
       [sys.executable, LAUNCHER, config_path, '--stdin-eof'],
       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log)
   log.close()
@@ -190,7 +109,7 @@ def start_reverb(config_path, log_path):
     with open(log_path, errors='replace') as f:
       raise RuntimeError(f'reverb_launcher did not start:\n{f.read()}')
   address = f'127.0.0.1:{m.group(1)}'
-  if not _wait_for_port('127.0.0.1', int(m.group(1)),
+  if not wait_for_port('127.0.0.1', int(m.group(1)),
                         time.monotonic() + 30):
     proc.kill()
     raise RuntimeError(f'Reverb server at {address} does not accept '

@@ -24,7 +24,6 @@ process leaves with os._exit once pytest has reported, so that a hung
 background thread cannot keep it alive.
 """
 
-import functools
 import os
 import re
 import shutil
@@ -42,6 +41,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 CONFIG = os.path.join(HERE, 'configs', 'python_client.yaml')
 LAUNCHER = os.path.join(ROOT, 'conformance', 'reverb_launcher.py')
+
+sys.path.insert(0, os.path.join(ROOT, 'conformance'))
+from testproc import ServerProcess, popen, reverie_binary, wait_for_port  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 TEST_TIMEOUT_S = float(os.environ.get('REVERIE_TEST_TIMEOUT_S', 30))
 START_TIMEOUT_S = 180  # Reverb's launcher imports TensorFlow first
@@ -77,97 +79,10 @@ def pytest_collection_modifyitems(config, items):
       item.add_marker(skip)
 
 
-class ServerProcess:
-  """A server subprocess: kind ('reverie' or 'reverb'), address, log."""
-
-  def __init__(self, kind, proc, address, log_path):
-    self.kind = kind
-    self.proc = proc
-    self.address = address
-    self.log_path = log_path
-
-  @property
-  def port(self):
-    return int(self.address.rsplit(':', 1)[1])
-
-  def stop(self, sig=signal.SIGTERM):
-    """Sends sig (SIGTERM), then SIGKILL after 10 s."""
-    if self.proc.poll() is None:
-      self.proc.send_signal(sig)
-      try:
-        self.proc.wait(10)
-      except subprocess.TimeoutExpired:
-        self.proc.kill()
-        self.proc.wait(10)
-    for f in (self.proc.stdin, self.proc.stdout):
-      if f is not None:
-        f.close()
-
-  def log_tail(self, n=40):
-    try:
-      with open(self.log_path, errors='replace') as f:
-        return ''.join(f.readlines()[-n:])
-    except OSError:
-      return ''
-
-
-def _popen(args, **kwargs):
-  """subprocess.Popen of args under `setpriv --pdeathsig TERM`, when setpriv
-  can do it, so that the child gets SIGTERM when pytest dies (Linux's
-  PDEATHSIG). setpriv execs the command, so the pid is the child's own.
-
-  This replaces a prctl call in a preexec function: with one, Popen forks
-  the process, gRPC threads and all, and runs gRPC's fork handlers in the
-  child; now and then that crashed the child before it could exec
-  ("epoll_wait error: Bad file descriptor" in its log and no server).
-  Without one, Popen uses vfork and no handler runs.
-  """
-  if _setpriv_pdeathsig():
-    args = ['setpriv', '--pdeathsig', 'TERM', '--'] + list(args)
-  return subprocess.Popen(args, **kwargs)  # pylint: disable=consider-using-with
-
-
-@functools.lru_cache(maxsize=None)
-def _setpriv_pdeathsig():
-  setpriv = shutil.which('setpriv')
-  if not setpriv:
-    return False
-  try:
-    out = subprocess.run([setpriv, '--help'], capture_output=True, text=True,
-                         timeout=10, check=False)
-  except (OSError, subprocess.SubprocessError):
-    return False
-  return '--pdeathsig' in out.stdout
-
-
-def wait_for_port(host, port, deadline):
-  while time.monotonic() < deadline:
-    try:
-      with socket.create_connection((host, port), timeout=1):
-        return True
-    except OSError:
-      time.sleep(0.05)
-  return False
-
-
 def free_port():
   with socket.socket() as s:
     s.bind(('127.0.0.1', 0))
     return s.getsockname()[1]
-
-
-_binary = []
-
-
-def reverie_binary():
-  if not _binary:
-    binary = os.environ.get('REVERIE_BIN')
-    if not binary:
-      binary = os.path.join(ROOT, '.bin', 'reverie')
-      subprocess.run(['go', 'build', '-o', binary, './cmd/reverie'], cwd=ROOT,
-                     check=True, timeout=600)
-    _binary.append(binary)
-  return _binary[0]
 
 
 def start_reverie(config_path, log_path, listen='127.0.0.1:0',
@@ -178,7 +93,7 @@ def start_reverie(config_path, log_path, listen='127.0.0.1:0',
   if checkpoint_dir:
     args += ['--checkpoint-dir', checkpoint_dir]
   log = open(log_path, 'w')
-  proc = _popen(args, stdin=subprocess.DEVNULL, stdout=log,
+  proc = popen(args, stdin=subprocess.DEVNULL, stdout=log,
                           stderr=log)
   log.close()
   deadline = time.monotonic() + 60
@@ -207,7 +122,7 @@ def start_reverb(python, config_path, log_path):
                        'scripts/reverb-env.sh')
   log = open(log_path, 'w')
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
-  proc = _popen([python, LAUNCHER, config_path, '--stdin-eof'],
+  proc = popen([python, LAUNCHER, config_path, '--stdin-eof'],
                           stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                           stderr=log, env=env)
   log.close()
