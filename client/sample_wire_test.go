@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -516,22 +517,10 @@ func TestInsertResponseDecode(t *testing.T) {
 		if (werr == nil) != (gerr == nil) {
 			t.Fatalf("proto.Unmarshal: %v; decoder: %v\nmessage %x", werr, gerr, b)
 		}
-		if werr == nil && !slicesEqual(got.GetKeys(), want.GetKeys()) {
+		if werr == nil && !slices.Equal(got.GetKeys(), want.GetKeys()) {
 			t.Fatalf("keys %v, proto.Unmarshal %v", got.GetKeys(), want.GetKeys())
 		}
 	}
-}
-
-func slicesEqual(a, b []uint64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // oldDecodeSample is how the sampler built a sample from unmarshaled

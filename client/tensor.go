@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"unsafe"
 
 	"github.com/reverie-rl/reverie/api/tensorflowpb"
@@ -545,7 +546,7 @@ func Stack(ts []Tensor) (Tensor, error) {
 		if err := t.Validate(); err != nil {
 			return Tensor{}, fmt.Errorf("client: Stack: tensor %d: %w", i, err)
 		}
-		if t.DType != first.DType || !sameShape(t.Shape, first.Shape) {
+		if t.DType != first.DType || !slices.Equal(t.Shape, first.Shape) {
 			return Tensor{}, fmt.Errorf("client: Stack: tensor %d has %v%v, tensor 0 has %v%v",
 				i, t.DType, t.Shape, first.DType, first.Shape)
 		}
@@ -570,7 +571,7 @@ func Concat(ts []Tensor) (Tensor, error) {
 		if len(t.Shape) == 0 {
 			return Tensor{}, fmt.Errorf("client: Concat: tensor %d is a scalar", i)
 		}
-		if t.DType != first.DType || !sameShape(t.Shape[1:], first.Shape[1:]) {
+		if t.DType != first.DType || !slices.Equal(t.Shape[1:], first.Shape[1:]) {
 			return Tensor{}, fmt.Errorf("client: Concat: tensor %d has %v%v, tensor 0 has %v%v",
 				i, t.DType, t.Shape, first.DType, first.Shape)
 		}
@@ -603,18 +604,6 @@ func joinRows(dt DType, shape []int64, ts []Tensor) Tensor {
 		out.Data = append(out.Data, t.Data...)
 	}
 	return out
-}
-
-func sameShape(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // Slice returns rows [from, to) of t along its first axis, shape

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 	"unicode/utf8"
@@ -257,7 +258,7 @@ func (w *TrajectoryWriter) Append(ctx context.Context, step map[string]Tensor) e
 		if err := t.Validate(); err != nil {
 			return fmt.Errorf("%w: Append: column %q: %v", ErrInvalidArgument, name, err)
 		}
-		if col := w.columns[name]; col != nil && (t.DType != col.dtype || !sameShape(t.Shape, col.shape)) {
+		if col := w.columns[name]; col != nil && (t.DType != col.dtype || !slices.Equal(t.Shape, col.shape)) {
 			return fmt.Errorf("%w: Append: column %q holds %v%v steps, got %v%v",
 				ErrInvalidArgument, name, col.dtype, col.shape, t.DType, t.Shape)
 		}
