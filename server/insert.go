@@ -245,25 +245,20 @@ func containsChunk(cs []*chunkstore.Chunk, c *chunkstore.Chunk) bool {
 // keep drops every held chunk not in keys, then checks that every key in
 // keys was held (and listed once).
 func (is *insertStream) keep(keys []uint64) error {
-	if len(keys) <= smallKeep {
-		// A writer keeps a few chunks (its keep-alive window): a scan
-		// costs less than a set built for every request.
-		for k, c := range is.held {
-			if !slices.Contains(keys, k) {
-				c.Unref()
-				delete(is.held, k)
-			}
-		}
-	} else {
-		keepSet := make(map[uint64]struct{}, len(keys))
+	// A writer keeps a few chunks (its keep-alive window): scanning a short
+	// list costs less than a set built for every request.
+	kept := func(k uint64) bool { return slices.Contains(keys, k) }
+	if len(keys) > smallKeep {
+		set := make(map[uint64]struct{}, len(keys))
 		for _, k := range keys {
-			keepSet[k] = struct{}{}
+			set[k] = struct{}{}
 		}
-		for k, c := range is.held {
-			if _, ok := keepSet[k]; !ok {
-				c.Unref()
-				delete(is.held, k)
-			}
+		kept = func(k uint64) bool { _, ok := set[k]; return ok }
+	}
+	for k, c := range is.held {
+		if !kept(k) {
+			c.Unref()
+			delete(is.held, k)
 		}
 	}
 	if len(is.held) == len(keys) {
