@@ -261,3 +261,25 @@ func sampleInfo(tableName string, sm *table.Sampled) *reverbpb.SampleInfo {
 		RateLimited: sm.RateLimited,
 	}
 }
+
+func TestBufferPool(t *testing.T) {
+	p := &bufferPool{max: 1 << 10}
+	if b := p.Get(10); len(*b) != 10 {
+		t.Fatalf("Get(10) has length %d", len(*b))
+	}
+	small := make([]byte, 100, 512)
+	p.Put(&small)
+	if len(small) != 0 {
+		t.Errorf("Put left a length of %d, want 0", len(small))
+	}
+	big := make([]byte, 0, 2<<10)
+	p.Put(&big) // over max: dropped
+	for range 10 {
+		if b := p.Get(0); cap(*b) > p.max {
+			t.Fatalf("Get returned a buffer of capacity %d, over max %d", cap(*b), p.max)
+		}
+	}
+	if b := p.Get(600); len(*b) != 600 {
+		t.Fatalf("Get(600) has length %d", len(*b))
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/reverie-rl/reverie/api/reverbpb"
@@ -116,6 +117,7 @@ const inlineChunkBytes = 16 << 10
 // re-encoded on the sample path. Not safe for concurrent use.
 type responseBuilder struct {
 	buf    []byte    // the response's tags, lengths, infos and small chunks
+	bufp   *[]byte   // the pool's handle on buf
 	segs   []segment // the big chunks, and where they go in buf
 	chunks int       // chunk bytes in the response
 	info   []byte    // scratch: the encoded SampleInfo of a sample
@@ -209,22 +211,34 @@ func (b *responseBuilder) flush(send func(*rawMessage) error) error {
 	if len(b.buf) == 0 {
 		return nil
 	}
-	// gRPC sends the buffers after SendMsg returns: small parts are copied
-	// out of buf (reused) into pooled buffers, big chunks are handed over
-	// as they are (stored bytes are never modified).
-	pool := mem.DefaultBufferPool()
+	// gRPC sends the buffers after SendMsg returns, so the response is
+	// handed over rather than copied: buf goes to gRPC, which returns it
+	// to responseBufs once written, and the next response takes another.
+	// Big chunks are handed over as they are stored (stored bytes are
+	// never modified).
+	if b.bufp == nil {
+		b.bufp = new([]byte)
+	}
+	*b.bufp = b.buf
+	rest := mem.NewBuffer(b.bufp, responseBufs)
 	var data mem.BufferSlice
 	start := 0
 	for _, sg := range b.segs {
 		if sg.end > start {
-			data = append(data, mem.Copy(b.buf[start:sg.end], pool))
+			var part mem.Buffer
+			part, rest = mem.SplitUnsafe(rest, sg.end-start)
+			data = append(data, part)
 		}
 		data = append(data, mem.SliceBuffer(sg.big))
 		start = sg.end
 	}
 	if start < len(b.buf) {
-		data = append(data, mem.Copy(b.buf[start:], pool))
+		data = append(data, rest)
+	} else {
+		rest.Free()
 	}
+	b.bufp = responseBufs.Get(0)
+	b.buf = *b.bufp
 	b.reset()
 	return send(&rawMessage{data: data})
 }
@@ -232,11 +246,41 @@ func (b *responseBuilder) flush(send func(*rawMessage) error) error {
 func (b *responseBuilder) reset() {
 	clear(b.segs) // drop the references to chunk bytes
 	b.buf, b.segs, b.chunks = b.buf[:0], b.segs[:0], 0
-	if cap(b.buf) > maxKeptResponseBytes {
-		b.buf = nil // an idle stream should not hold megabytes
-	}
 }
 
-// maxKeptResponseBytes bounds the encoding buffer a stream keeps between
-// responses.
-const maxKeptResponseBytes = 256 << 10
+// responseBufs recycles the buffers responses are encoded in, once gRPC
+// has written them. Unlike gRPC's own pools it does not zero them: a
+// response is always written from the start, and only what was written
+// is sent.
+var responseBufs = &bufferPool{max: maxKeptResponseBytes}
+
+// maxKeptResponseBytes bounds the encoding buffers kept for reuse: a
+// response of small chunks is at most maxResponseChunkBytes plus one
+// chunk and the framing.
+const maxKeptResponseBytes = maxResponseChunkBytes + 2*inlineChunkBytes
+
+// bufferPool is a mem.BufferPool of growable buffers: Get returns one of
+// any capacity (the caller appends to it) and Put keeps those no bigger
+// than max.
+type bufferPool struct {
+	max  int
+	pool sync.Pool
+}
+
+func (p *bufferPool) Get(length int) *[]byte {
+	bp, _ := p.pool.Get().(*[]byte)
+	if bp == nil || cap(*bp) < length {
+		b := make([]byte, length)
+		return &b
+	}
+	*bp = (*bp)[:length]
+	return bp
+}
+
+func (p *bufferPool) Put(bp *[]byte) {
+	if cap(*bp) > p.max {
+		return
+	}
+	*bp = (*bp)[:0]
+	p.pool.Put(bp)
+}
