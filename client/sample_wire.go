@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"unicode/utf8"
 
 	"google.golang.org/grpc/mem"
@@ -34,6 +35,56 @@ type sampleResponse struct {
 	// table is a name the decoder reuses for item.table when the bytes
 	// are the same, to save a string allocation per sample.
 	table string
+
+	// The parts of the entries are carved out of these slabs, a few
+	// allocations per response rather than several per sample. Each slab
+	// is appended to by one level of the decoder only, so the parts of one
+	// message are contiguous in it; once a message is decoded its part is
+	// cut off with no spare capacity (see carve), so later appends to the
+	// slab never write into it.
+	infos   []sampleInfo
+	chunks  []sampleChunk
+	tensors []wireTensor
+	dims    []int64
+	columns []sampleColumn
+	slices  []chunkSliceRef
+
+	// spare is a partialSample to reuse for the next sample.
+	spare *partialSample
+}
+
+// recycle readies r for the next response, keeping its slabs when nothing
+// decoded from the last one is still referenced (keep is false).
+func (r *sampleResponse) recycle(keep bool) {
+	r.buf, r.entries = nil, r.entries[:0]
+	if keep {
+		r.entries, r.infos, r.chunks, r.tensors, r.dims, r.columns, r.slices = nil, nil, nil, nil, nil, nil, nil
+		return
+	}
+	r.infos, r.chunks, r.tensors, r.dims = r.infos[:0], r.chunks[:0], r.tensors[:0], r.dims[:0]
+	r.columns, r.slices = r.columns[:0], r.slices[:0]
+}
+
+// carve returns dst with slab[from:] appended: slab[from:] itself, with no
+// spare capacity, when dst is empty (the common case: a message's
+// repeated field all in one place).
+func carve[T any](dst, slab []T, from int) []T {
+	if from == len(slab) {
+		return dst
+	}
+	if len(dst) == 0 {
+		return slab[from:len(slab):len(slab)]
+	}
+	return append(dst, slab[from:]...)
+}
+
+// reserve makes room for n more elements in slab, so that a response's
+// parts usually take one allocation each.
+func reserve[T any](slab []T, n int) []T {
+	if cap(slab)-len(slab) >= n {
+		return slab
+	}
+	return slices.Grow(slab, n)
 }
 
 // sampleEntry is a SampleStreamResponse.SampleEntry.
@@ -82,8 +133,8 @@ type sampleChunk struct {
 	delta      bool
 	tensors    []wireTensor // data.tensors
 	deprecated []wireTensor // deprecated_data
-	// decoded holds the tensors once decodeChunk has run.
-	decoded []Tensor
+	// decoded is set once decodeChunk has filled the tensors' t.
+	decoded bool
 }
 
 // wireTensor is a TensorProto: its dtype, shape and content, or, when it
@@ -94,6 +145,7 @@ type wireTensor struct {
 	dims        []int64
 	unknownRank bool
 	content     []byte // references the response's buffer
+	t           Tensor // decoded by decodeChunk; its Shape may be dims
 }
 
 // wireError is a malformed message. path names the field, from the
@@ -234,7 +286,13 @@ func (r *sampleResponse) decode(b []byte) error {
 			break
 		}
 	}
-	r.entries = make([]sampleEntry, 0, count)
+	r.entries = reserve(r.entries[:0], count)
+	r.infos = reserve(r.infos, count)
+	r.chunks = reserve(r.chunks, count)
+	r.tensors = reserve(r.tensors, count)
+	r.dims = reserve(r.dims, 2*count)
+	r.columns = reserve(r.columns, count)
+	r.slices = reserve(r.slices, count)
 	for len(b) > 0 {
 		num, typ, rest, err := consumeTag(b)
 		if err != nil {
@@ -245,7 +303,7 @@ func (r *sampleResponse) decode(b []byte) error {
 			var v []byte
 			if v, b, err = consumeBytes(b, "entries"); err == nil {
 				r.entries = append(r.entries, sampleEntry{})
-				err = inField("entries", decodeEntry(v, &r.entries[len(r.entries)-1], r.table))
+				err = inField("entries", r.decodeEntry(v, &r.entries[len(r.entries)-1]))
 			}
 		} else {
 			b, err = skipField(b, num, typ)
@@ -257,7 +315,9 @@ func (r *sampleResponse) decode(b []byte) error {
 	return nil
 }
 
-func decodeEntry(b []byte, e *sampleEntry, table string) error {
+func (r *sampleResponse) decodeEntry(b []byte, e *sampleEntry) error {
+	from := len(r.chunks)
+	defer func() { e.chunks = carve(e.chunks, r.chunks, from) }()
 	for len(b) > 0 {
 		num, typ, rest, err := consumeTag(b)
 		if err != nil {
@@ -270,14 +330,15 @@ func decodeEntry(b []byte, e *sampleEntry, table string) error {
 		case num == 1 && typ == protowire.BytesType:
 			if v, b, err = consumeBytes(b, "info"); err == nil {
 				if e.info == nil {
-					e.info = &sampleInfo{}
+					r.infos = append(r.infos, sampleInfo{})
+					e.info = &r.infos[len(r.infos)-1]
 				}
-				err = inField("info", decodeInfo(v, e.info, table))
+				err = inField("info", r.decodeInfo(v, e.info))
 			}
 		case num == 2 && typ == protowire.BytesType:
 			if v, b, err = consumeBytes(b, "data"); err == nil {
-				e.chunks = append(e.chunks, sampleChunk{})
-				err = inField("data", decodeChunkData(v, &e.chunks[len(e.chunks)-1]))
+				r.chunks = append(r.chunks, sampleChunk{})
+				err = inField("data", r.decodeChunkData(v, &r.chunks[len(r.chunks)-1]))
 			}
 		case num == 3 && typ == protowire.VarintType:
 			x, b, err = consumeVarint(b, "end_of_sequence")
@@ -292,7 +353,7 @@ func decodeEntry(b []byte, e *sampleEntry, table string) error {
 	return nil
 }
 
-func decodeInfo(b []byte, info *sampleInfo, table string) error {
+func (r *sampleResponse) decodeInfo(b []byte, info *sampleInfo) error {
 	for len(b) > 0 {
 		num, typ, rest, err := consumeTag(b)
 		if err != nil {
@@ -304,7 +365,7 @@ func decodeInfo(b []byte, info *sampleInfo, table string) error {
 		switch {
 		case num == 1 && typ == protowire.BytesType:
 			if v, b, err = consumeBytes(b, "item"); err == nil {
-				err = inField("item", decodeItem(v, &info.item, table))
+				err = inField("item", r.decodeItem(v, &info.item))
 			}
 		case num == 2 && typ == protowire.Fixed64Type:
 			x, b, err = consumeFixed64(b, "probability")
@@ -325,7 +386,7 @@ func decodeInfo(b []byte, info *sampleInfo, table string) error {
 	return nil
 }
 
-func decodeItem(b []byte, it *sampleItem, table string) error {
+func (r *sampleResponse) decodeItem(b []byte, it *sampleItem) error {
 	for len(b) > 0 {
 		num, typ, rest, err := consumeTag(b)
 		if err != nil {
@@ -339,7 +400,7 @@ func decodeItem(b []byte, it *sampleItem, table string) error {
 			x, b, err = consumeVarint(b, "key")
 			it.key = x
 		case num == 2 && typ == protowire.BytesType:
-			it.table, b, err = consumeString(b, "table", table)
+			it.table, b, err = consumeString(b, "table", r.table)
 		case num == 3 && typ == protowire.VarintType:
 			_, b, err = consumeVarint(b, "deprecated_chunk_keys")
 		case num == 3 && typ == protowire.BytesType:
@@ -363,7 +424,7 @@ func decodeItem(b []byte, it *sampleItem, table string) error {
 			}
 		case num == 8 && typ == protowire.BytesType:
 			if v, b, err = consumeBytes(b, "flat_trajectory"); err == nil {
-				err = inField("flat_trajectory", decodeTrajectory(v, it))
+				err = inField("flat_trajectory", r.decodeTrajectory(v, it))
 			}
 		default:
 			b, err = skipField(b, num, typ)
@@ -425,7 +486,9 @@ func decodeTimestamp(b []byte, it *sampleItem) error {
 	return nil
 }
 
-func decodeTrajectory(b []byte, it *sampleItem) error {
+func (r *sampleResponse) decodeTrajectory(b []byte, it *sampleItem) error {
+	from := len(r.columns)
+	defer func() { it.columns = carve(it.columns, r.columns, from) }()
 	for len(b) > 0 {
 		num, typ, rest, err := consumeTag(b)
 		if err != nil {
@@ -435,8 +498,8 @@ func decodeTrajectory(b []byte, it *sampleItem) error {
 		if num == 1 && typ == protowire.BytesType {
 			var v []byte
 			if v, b, err = consumeBytes(b, "columns"); err == nil {
-				it.columns = append(it.columns, sampleColumn{})
-				err = inField("columns", decodeColumn(v, &it.columns[len(it.columns)-1]))
+				r.columns = append(r.columns, sampleColumn{})
+				err = inField("columns", r.decodeColumn(v, &r.columns[len(r.columns)-1]))
 			}
 		} else {
 			b, err = skipField(b, num, typ)
@@ -448,7 +511,9 @@ func decodeTrajectory(b []byte, it *sampleItem) error {
 	return nil
 }
 
-func decodeColumn(b []byte, col *sampleColumn) error {
+func (r *sampleResponse) decodeColumn(b []byte, col *sampleColumn) error {
+	from := len(r.slices)
+	defer func() { col.slices = carve(col.slices, r.slices, from) }()
 	for len(b) > 0 {
 		num, typ, rest, err := consumeTag(b)
 		if err != nil {
@@ -460,8 +525,8 @@ func decodeColumn(b []byte, col *sampleColumn) error {
 		switch {
 		case num == 1 && typ == protowire.BytesType:
 			if v, b, err = consumeBytes(b, "chunk_slices"); err == nil {
-				col.slices = append(col.slices, chunkSliceRef{})
-				err = inField("chunk_slices", decodeChunkSlice(v, &col.slices[len(col.slices)-1]))
+				r.slices = append(r.slices, chunkSliceRef{})
+				err = inField("chunk_slices", decodeChunkSlice(v, &r.slices[len(r.slices)-1]))
 			}
 		case num == 2 && typ == protowire.VarintType:
 			x, b, err = consumeVarint(b, "squeeze")
@@ -507,7 +572,7 @@ func decodeChunkSlice(b []byte, s *chunkSliceRef) error {
 	return nil
 }
 
-func decodeChunkData(b []byte, c *sampleChunk) error {
+func (r *sampleResponse) decodeChunkData(b []byte, c *sampleChunk) error {
 	for len(b) > 0 {
 		num, typ, rest, err := consumeTag(b)
 		if err != nil {
@@ -526,15 +591,17 @@ func decodeChunkData(b []byte, c *sampleChunk) error {
 			}
 		case num == 3 && typ == protowire.BytesType:
 			if v, b, err = consumeBytes(b, "deprecated_data"); err == nil {
-				c.deprecated = append(c.deprecated, wireTensor{})
-				err = inField("deprecated_data", decodeWireTensor(v, &c.deprecated[len(c.deprecated)-1]))
+				from := len(r.tensors)
+				r.tensors = append(r.tensors, wireTensor{})
+				err = inField("deprecated_data", r.decodeWireTensor(v, &r.tensors[from]))
+				c.deprecated = carve(c.deprecated, r.tensors, from)
 			}
 		case num == 4 && typ == protowire.VarintType:
 			x, b, err = consumeVarint(b, "delta_encoded")
 			c.delta = x != 0
 		case num == 5 && typ == protowire.BytesType:
 			if v, b, err = consumeBytes(b, "data"); err == nil {
-				err = inField("data", decodeChunkTensors(v, c))
+				err = inField("data", r.decodeChunkTensors(v, c))
 			}
 		case num == 6 && typ == protowire.VarintType:
 			_, b, err = consumeVarint(b, "data_tensors_len")
@@ -551,7 +618,9 @@ func decodeChunkData(b []byte, c *sampleChunk) error {
 }
 
 // decodeChunkTensors decodes a ChunkData.Data, appending its tensors.
-func decodeChunkTensors(b []byte, c *sampleChunk) error {
+func (r *sampleResponse) decodeChunkTensors(b []byte, c *sampleChunk) error {
+	from := len(r.tensors)
+	defer func() { c.tensors = carve(c.tensors, r.tensors, from) }()
 	for len(b) > 0 {
 		num, typ, rest, err := consumeTag(b)
 		if err != nil {
@@ -561,8 +630,8 @@ func decodeChunkTensors(b []byte, c *sampleChunk) error {
 		if num == 1 && typ == protowire.BytesType {
 			var v []byte
 			if v, b, err = consumeBytes(b, "tensors"); err == nil {
-				c.tensors = append(c.tensors, wireTensor{})
-				err = inField("tensors", decodeWireTensor(v, &c.tensors[len(c.tensors)-1]))
+				r.tensors = append(r.tensors, wireTensor{})
+				err = inField("tensors", r.decodeWireTensor(v, &r.tensors[len(r.tensors)-1]))
 			}
 		} else {
 			b, err = skipField(b, num, typ)
@@ -582,7 +651,7 @@ func typedValueField(num protowire.Number) bool {
 
 // decodeWireTensor decodes a TensorProto. One with typed value fields is
 // unmarshaled by proto.Unmarshal instead, as it is rare.
-func decodeWireTensor(b []byte, t *wireTensor) error {
+func (r *sampleResponse) decodeWireTensor(b []byte, t *wireTensor) error {
 	all := b
 	for len(b) > 0 {
 		num, typ, rest, err := consumeTag(b)
@@ -598,7 +667,7 @@ func decodeWireTensor(b []byte, t *wireTensor) error {
 			t.dtype = DType(int32(x))
 		case num == 2 && typ == protowire.BytesType:
 			if v, b, err = consumeBytes(b, "tensor_shape"); err == nil {
-				err = inField("tensor_shape", decodeShape(v, t))
+				err = inField("tensor_shape", r.decodeShape(v, t))
 			}
 		case num == 3 && typ == protowire.VarintType:
 			_, b, err = consumeVarint(b, "version_number")
@@ -625,7 +694,9 @@ func decodeWireTensor(b []byte, t *wireTensor) error {
 	return nil
 }
 
-func decodeShape(b []byte, t *wireTensor) error {
+func (r *sampleResponse) decodeShape(b []byte, t *wireTensor) error {
+	from := len(r.dims)
+	defer func() { t.dims = carve(t.dims, r.dims, from) }()
 	for len(b) > 0 {
 		num, typ, rest, err := consumeTag(b)
 		if err != nil {
@@ -640,7 +711,7 @@ func decodeShape(b []byte, t *wireTensor) error {
 				var size int64
 				size, err = decodeDim(v)
 				err = inField("dim", err)
-				t.dims = append(t.dims, size)
+				r.dims = append(r.dims, size)
 			}
 		case num == 3 && typ == protowire.VarintType:
 			x, b, err = consumeVarint(b, "unknown_rank")

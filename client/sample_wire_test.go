@@ -371,6 +371,48 @@ func TestSampleResponseDecodeRandom(t *testing.T) {
 	}
 }
 
+// TestSampleResponseRecycle decodes a sequence of random messages into one
+// sampleResponse, as a sampler does: after recycle(false) the slabs are
+// reused and each decode must still equal proto.Unmarshal's; after
+// recycle(true) the entries decoded before must be left untouched by the
+// decodes that follow.
+func TestSampleResponseRecycle(t *testing.T) {
+	r := swRand{rand.New(rand.NewPCG(7, 8))}
+	var resp sampleResponse
+	type kept struct {
+		entries []sampleEntry
+		want    *reverbpb.SampleStreamResponse
+	}
+	var held []kept
+	for i := 0; i < 2000; i++ {
+		b := r.response(t)
+		want := &reverbpb.SampleStreamResponse{}
+		if err := proto.Unmarshal(b, want); err != nil {
+			t.Fatal(err)
+		}
+		if err := resp.decode(b); err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+		w := canonicalProto(t, want)
+		if g := toProto(t, resp.entries); !proto.Equal(g, w) {
+			t.Fatalf("message %d: decoded\n%v\nproto.Unmarshal\n%v", i, g, w)
+		}
+		keep := r.pick(4) == 0
+		if keep {
+			held = append(held, kept{resp.entries, w})
+		}
+		resp.recycle(keep)
+	}
+	if len(held) < 100 {
+		t.Fatalf("only %d responses were kept", len(held))
+	}
+	for i, h := range held {
+		if g := toProto(t, h.entries); !proto.Equal(g, h.want) {
+			t.Fatalf("kept response %d changed after later decodes:\n%v\nwant\n%v", i, g, h.want)
+		}
+	}
+}
+
 // TestSampleResponseDecodeCorrupt corrupts valid messages (flipped,
 // inserted and deleted bytes, truncation): the decoder must accept and
 // reject exactly what proto.Unmarshal accepts and rejects.

@@ -549,7 +549,7 @@ func (s *Sampler) request(st reverbpb.ReverbService_SampleStreamClient, n int64)
 		}
 		got, pending, err = s.deliverEntries(&resp, n, got, pending)
 		resp.buf.Free()
-		resp.buf, resp.entries = nil, nil
+		resp.recycle(pending != nil) // a pending sample still points into it
 		if err != nil {
 			return got, err
 		}
@@ -575,7 +575,12 @@ func (s *Sampler) deliverEntries(resp *sampleResponse, n, got int64, pending *pa
 			if e.info == nil {
 				return got, pending, fmt.Errorf("%w: table %q: first entry of a sample has no info", ErrMalformedSample, s.table)
 			}
-			pending = &partialSample{info: e.info}
+			pending = resp.spare
+			if pending == nil {
+				pending = &partialSample{}
+			}
+			resp.spare = nil
+			pending.info = e.info
 		}
 		if len(e.chunks) > 0 {
 			if holder != pending {
@@ -591,7 +596,7 @@ func (s *Sampler) deliverEntries(resp *sampleResponse, n, got int64, pending *pa
 		}
 		smp, err := pending.decode()
 		pending.release()
-		pending = nil
+		resp.spare, pending, holder = pending, nil, nil
 		if err != nil {
 			return got, nil, err
 		}
@@ -673,36 +678,35 @@ func (p *partialSample) release() {
 	for _, b := range p.bufs {
 		b.Free()
 	}
-	p.bufs = nil
-	p.chunks, p.byKey = nil, nil
+	clear(p.bufs)
+	clear(p.chunks)
+	p.info, p.bufs, p.chunks, p.byKey = nil, p.bufs[:0], p.chunks[:0], nil
 }
 
-// decodeChunk decodes the tensors of a chunk once, as DecodeChunk does.
-func decodeChunk(c *sampleChunk) ([]Tensor, error) {
-	if c.decoded != nil {
-		return c.decoded, nil
-	}
+// decodeChunk decodes the tensors of a chunk once, as DecodeChunk does,
+// into their t, and returns them.
+func decodeChunk(c *sampleChunk) ([]wireTensor, error) {
 	protos := c.tensors
 	if len(protos) == 0 {
 		protos = c.deprecated
 	}
-	out := make([]Tensor, len(protos))
+	if c.decoded {
+		return protos, nil
+	}
 	for i := range protos {
 		w := &protos[i]
-		var t Tensor
 		var err error
 		if w.pb != nil {
-			t, err = DecodeTensor(w.pb, c.delta)
+			w.t, err = DecodeTensor(w.pb, c.delta)
 		} else {
-			t, err = decodeTensor(w.dtype, w.dims, w.unknownRank, w.content, nil, c.delta)
+			w.t, err = decodeTensor(w.dtype, w.dims, w.unknownRank, w.content, nil, c.delta)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("client: chunk %d tensor %d: %w", c.key, i, err)
 		}
-		out[i] = t
 	}
-	c.decoded = out
-	return out, nil
+	c.decoded = true
+	return protos, nil
 }
 
 // decode builds the sample's columns from its chunks. Chunks are decoded
@@ -761,7 +765,7 @@ func (p *partialSample) column(col *sampleColumn, ci int, bad func(string, ...an
 		if idx < 0 || int(idx) >= len(tensors) {
 			return Tensor{}, bad("column %d: chunk %d has %d tensors, slice wants index %d", ci, cs.key, len(tensors), idx)
 		}
-		src := tensors[idx]
+		src := tensors[idx].t // its Shape may be in the response's slabs: not kept
 		from, length := int64(cs.offset), int64(cs.length)
 		if len(slices) == 1 && from == 0 && len(src.Shape) > 0 && length == src.Shape[0] {
 			// src is valid (decodeTensor made it): share its elements.
