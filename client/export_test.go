@@ -7,7 +7,7 @@ import (
 
 func init() {
 	// Tests catch any use of a pooled buffer after it was freed.
-	poisonFreed = true
+	wirePool.Poison = true
 }
 
 // InsertRequestProto returns, as an InsertStreamRequest, a message that a

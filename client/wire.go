@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
-	"sync"
 
 	"github.com/golang/snappy"
+	"github.com/reverie-rl/reverie/internal/bufpool"
 	"google.golang.org/grpc/encoding"
 	grpcproto "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
@@ -490,67 +490,8 @@ func (streamCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	return protoCodec.Unmarshal(data, v)
 }
 
-// wirePool holds the buffers of encoded requests and of responses split
-// over several gRPC buffers. Unlike gRPC's default pool it does not clear
-// buffers: their users overwrite every byte they read.
-var wirePool mem.BufferPool = newDirtyPool()
-
-// dirtyPool is a mem.BufferPool of power-of-two sized buffers from 1 KiB
-// to 4 MiB that are not cleared between uses; larger buffers are
-// allocated and dropped.
-type dirtyPool struct {
-	pools [dirtyPoolClasses]sync.Pool
-}
-
-const (
-	dirtyPoolMinShift = 10
-	dirtyPoolClasses  = 13 // 1 KiB .. 4 MiB
-)
-
-func newDirtyPool() *dirtyPool { return &dirtyPool{} }
-
-// class returns the index of the smallest class holding n bytes, or -1.
-func (p *dirtyPool) class(n int) int {
-	if n <= 1<<dirtyPoolMinShift {
-		return 0
-	}
-	c := bits.Len(uint(n-1)) - dirtyPoolMinShift
-	if c >= dirtyPoolClasses {
-		return -1
-	}
-	return c
-}
-
-func (p *dirtyPool) Get(n int) *[]byte {
-	c := p.class(n)
-	if c < 0 {
-		b := make([]byte, n)
-		return &b
-	}
-	if b, ok := p.pools[c].Get().(*[]byte); ok {
-		*b = (*b)[:n]
-		return b
-	}
-	b := make([]byte, n, 1<<(c+dirtyPoolMinShift))
-	return &b
-}
-
-// poisonFreed makes dirtyPool overwrite the buffers it takes back, so that
-// tests see any use of a buffer after it was freed.
-var poisonFreed = false
-
-func (p *dirtyPool) Put(b *[]byte) {
-	n := cap(*b)
-	c := p.class(n)
-	if c < 0 || n != 1<<(c+dirtyPoolMinShift) {
-		return
-	}
-	if poisonFreed {
-		full := (*b)[:n]
-		for i := range full {
-			full[i] = 0xa5
-		}
-	}
-	*b = (*b)[:0]
-	p.pools[c].Put(b)
-}
+// wirePool holds the buffers of encoded requests, of responses split over
+// several gRPC buffers, and the transport's read buffers (Dial passes it
+// to gRPC). Unlike gRPC's default pool it does not clear buffers: their
+// users overwrite every byte they read.
+var wirePool = &bufpool.Pool{}

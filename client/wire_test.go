@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/reverie-rl/reverie/api/reverbpb"
+	"github.com/reverie-rl/reverie/internal/bufpool"
 )
 
 // wireRandTensor returns a random valid tensor of dtype dt and shape.
@@ -93,7 +94,7 @@ func TestEncodeChunkWire(t *testing.T) {
 			h.uncompressed = int64(len(raw))
 			var pool mem.BufferPool
 			if i%2 == 0 {
-				pool = newDirtyPool()
+				pool = &bufpool.Pool{}
 			}
 			var buf mem.Buffer
 			enc, buf, err = encodeChunkRaw(&h, raw, pool)
@@ -193,7 +194,7 @@ func TestEncodeItemWire(t *testing.T) {
 // chunks are referenced, not copied.
 func TestInsertRequestWire(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 12))
-	pool := newDirtyPool()
+	pool := &bufpool.Pool{}
 	sizes := []int{0, 1, 100, 400, bigChunkBytes - 40, bigChunkBytes + 10, 100_000}
 	for i := 0; i < 300; i++ {
 		req := &insertRequest{}
@@ -275,20 +276,4 @@ func TestInsertRequestWire(t *testing.T) {
 		}
 		bufs.Free()
 	}
-}
-
-func TestDirtyPool(t *testing.T) {
-	p := newDirtyPool()
-	for _, n := range []int{0, 1, 1023, 1024, 1025, 4096, 1 << 22, 1<<22 + 1, 10 << 20} {
-		b := p.Get(n)
-		if len(*b) != n {
-			t.Fatalf("Get(%d) returned %d bytes", n, len(*b))
-		}
-		p.Put(b)
-		b = p.Get(n)
-		if len(*b) != n {
-			t.Fatalf("Get(%d) after Put returned %d bytes", n, len(*b))
-		}
-	}
-	var _ mem.BufferPool = p
 }

@@ -7,6 +7,7 @@ import (
 	"math"
 
 	"github.com/reverie-rl/reverie/api/reverbpb"
+	"github.com/reverie-rl/reverie/internal/bufpool"
 	"github.com/reverie-rl/reverie/internal/chunkstore"
 	"github.com/reverie-rl/reverie/internal/pbvalid"
 	"google.golang.org/grpc/encoding"
@@ -46,6 +47,11 @@ func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
 	}
 	return c.proto.Unmarshal(data, v)
 }
+
+// transportPool holds gRPC's read buffers. Unlike gRPC's default pool it
+// does not zero them: the transport overwrites every byte it reads, and
+// the codec copies out what it keeps.
+var transportPool = &bufpool.Pool{}
 
 // rawMessage is an encoded message; gRPC sends data and then frees it.
 type rawMessage struct {

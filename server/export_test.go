@@ -30,3 +30,8 @@ func CheckpointCancelled(s *Server) <-chan struct{} { return s.bgCtx.Done() }
 // CloseSpill closes s's spill under its chunk store, so that cold reads
 // fail as a broken disk would make them.
 func CloseSpill(s *Server) error { return s.storage.spill.Close() }
+
+func init() {
+	// Tests catch any use of one of gRPC's read buffers after it was freed.
+	transportPool.Poison = true
+}

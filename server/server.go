@@ -33,6 +33,7 @@ import (
 	"github.com/reverie-rl/reverie/internal/wal"
 	"github.com/reverie-rl/reverie/selector"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -151,6 +152,8 @@ func New(cfg Config) (*Server, error) {
 		grpc.MaxSendMsgSize(math.MaxInt32),
 		// Chunks pass through as the bytes they arrived in (codec.go).
 		grpc.ForceServerCodecV2(newCodec()),
+		// Read buffers are not zeroed before gRPC reads into them.
+		experimental.BufferPool(transportPool),
 		// Idle writers and blocked samplers keep streams open for long;
 		// do not punish clients for keepalive pings.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
