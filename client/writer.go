@@ -99,6 +99,7 @@ type TrajectoryWriter struct {
 	episodeStep int32
 	histLen     int // steps in every column's history, <= keepAlive
 	columns     map[string]*writerColumn
+	colList     []*writerColumn // columns' values, in creation order: cheaper to range over
 	nextSeq     uint64
 	queue       []*writerItem          // not yet sent on the current stream, by seq
 	inflight    map[uint64]*writerItem // sent on the current stream, unconfirmed, by key
@@ -236,11 +237,14 @@ func (w *TrajectoryWriter) Append(ctx context.Context, step map[string]Tensor) e
 	if len(step) == 0 {
 		return fmt.Errorf("%w: Append: empty step", ErrInvalidArgument)
 	}
-	names := make([]string, 0, len(step))
+	var nameBuf [8]string
+	names := nameBuf[:0]
 	for name := range step {
 		names = append(names, name)
 	}
-	sort.Strings(names)
+	if len(names) > 1 {
+		sort.Strings(names)
+	}
 
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -267,7 +271,7 @@ func (w *TrajectoryWriter) Append(ctx context.Context, step map[string]Tensor) e
 	// Move the history window by one step: every column gets a gap, which
 	// the columns present in step fill below.
 	if w.histLen == w.keepAlive {
-		for _, col := range w.columns {
+		for _, col := range w.colList {
 			if c := col.hist[0]; c != nil {
 				c.live = false
 				c.chunk.dropUser()
@@ -278,7 +282,7 @@ func (w *TrajectoryWriter) Append(ctx context.Context, step map[string]Tensor) e
 	} else {
 		w.histLen++
 	}
-	for _, col := range w.columns {
+	for _, col := range w.colList {
 		col.pushHist()
 	}
 
@@ -288,6 +292,7 @@ func (w *TrajectoryWriter) Append(ctx context.Context, step map[string]Tensor) e
 		if col == nil {
 			col = &writerColumn{w: w, name: name, dtype: t.DType, shape: cloneShape(t.Shape), hist: make([]*writerCell, w.histLen)}
 			w.columns[name] = col
+			w.colList = append(w.colList, col)
 		}
 		if err := w.appendRowLocked(col, t); err != nil {
 			return err
@@ -625,7 +630,7 @@ func (w *TrajectoryWriter) EndEpisode(ctx context.Context, clearBuffers bool) er
 	}
 	// flushLocked returned with the lock held and nothing queued, so open
 	// chunks are referenced by the history only.
-	for _, col := range w.columns {
+	for _, col := range w.colList {
 		if col.open != nil {
 			if clearBuffers {
 				col.open = nil
@@ -681,6 +686,8 @@ func (w *TrajectoryWriter) Close() error {
 	w.queue = nil
 	clear(w.inflight)
 	clear(w.columns)
+	clear(w.colList)
+	w.colList = nil
 	w.mu.Unlock()
 	return nil
 }

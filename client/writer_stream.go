@@ -278,7 +278,7 @@ func (w *TrajectoryWriter) nextRequest(sc *streamChunks, recvDone <-chan struct{
 			kept = append(kept, ch)
 		}
 	}
-	for _, col := range w.columns {
+	for _, col := range w.colList {
 		for _, c := range col.hist {
 			if c != nil {
 				keep(c.chunk)
