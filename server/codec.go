@@ -71,6 +71,20 @@ type insertRequest struct {
 	err error
 }
 
+// reset empties m for the next request, keeping its slices' capacity, and
+// reports whether m is worth keeping: slices grown for an unusually large
+// request are not.
+func (m *insertRequest) reset() bool {
+	const maxKept = 4096
+	if cap(m.chunks) > maxKept || cap(m.items) > maxKept || cap(m.keep) > maxKept {
+		return false
+	}
+	clear(m.chunks) // drop the references to chunk and trajectory bytes
+	clear(m.items)
+	m.chunks, m.items, m.keep, m.err = m.chunks[:0], m.items[:0], m.keep[:0], nil
+	return true
+}
+
 // wireItem is what the server reads of an inserted PrioritizedItem:
 // times_sampled and inserted_at are the table's to set, and the trajectory
 // stays encoded.

@@ -32,8 +32,18 @@ func (s *Server) InsertStream(stream reverbpb.ReverbService_InsertStreamServer) 
 	}
 	defer conf.close()
 
+	// Requests are decoded into recycled insertRequests: a handled one
+	// goes back to spare, and the receiving goroutine takes it from there
+	// (a writer's requests often carry a hundred items, and their slices
+	// would otherwise be grown anew for each).
+	spare := make(chan *insertRequest, 2)
 	reqs := recvLoop(ctx, func() (*insertRequest, error) {
-		m := new(insertRequest)
+		var m *insertRequest
+		select {
+		case m = <-spare:
+		default:
+			m = new(insertRequest)
+		}
 		return m, stream.RecvMsg(m) // decoded by codec
 	})
 	for {
@@ -58,6 +68,12 @@ func (s *Server) InsertStream(stream reverbpb.ReverbService_InsertStreamServer) 
 				s.log.Debug("insert stream failed", "err", err)
 			}
 			return toStatus(err)
+		}
+		if r.msg.reset() {
+			select {
+			case spare <- r.msg:
+			default:
+			}
 		}
 	}
 }
