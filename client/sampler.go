@@ -150,9 +150,12 @@ type Sampler struct {
 
 	ctx    context.Context // workers' context; cancelled by Close or a terminal error
 	cancel context.CancelFunc
-	out    chan Sample   // decoded samples; closed when every worker has exited
+	out    chan []Sample // decoded samples, a response's at a time; closed when every worker has exited
 	exited chan struct{} // closed after out is closed
 	wg     sync.WaitGroup
+
+	nextMu sync.Mutex
+	buf    []Sample // what is left of the last batch Next took from out
 
 	mu        sync.Mutex
 	requested int64         // samples requested from the server or delivered
@@ -212,7 +215,9 @@ func (c *Client) NewSampler(opts SamplerOptions) (*Sampler, error) {
 		ms := (d + time.Millisecond - 1) / time.Millisecond
 		s.timeout = timeoutProto(ms * time.Millisecond)
 	}
-	s.out = make(chan Sample, int64(s.workerCount)*s.inFlight)
+	// A batch holds at most one request's samples, so out buffers at most
+	// MaxInFlightSamplesPerWorker samples per worker.
+	s.out = make(chan []Sample, s.workerCount)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.wg.Add(s.workerCount)
 	for i := range s.workerCount {
@@ -237,15 +242,44 @@ func (s *Sampler) Next(ctx context.Context) (Sample, error) {
 	if s.isClosed() {
 		return Sample{}, fmt.Errorf("%w: sampler", ErrClosed)
 	}
+	if smp, ok := s.takeBuffered(); ok {
+		return smp, nil
+	}
 	select {
-	case smp, ok := <-s.out:
-		if ok {
-			return smp, nil
+	case batch, ok := <-s.out:
+		if !ok {
+			// Another caller may have left samples of its last batch.
+			if smp, ok := s.takeBuffered(); ok {
+				return smp, nil
+			}
+			return Sample{}, s.endErr()
 		}
-		return Sample{}, s.endErr()
+		if len(batch) > 1 {
+			s.nextMu.Lock()
+			if len(s.buf) == 0 {
+				s.buf = batch[1:]
+			} else {
+				s.buf = append(s.buf, batch[1:]...)
+			}
+			s.nextMu.Unlock()
+		}
+		return batch[0], nil
 	case <-ctx.Done():
 		return Sample{}, ctx.Err()
 	}
+}
+
+// takeBuffered returns a sample left of the last batch taken from out.
+func (s *Sampler) takeBuffered() (Sample, bool) {
+	s.nextMu.Lock()
+	defer s.nextMu.Unlock()
+	if len(s.buf) == 0 {
+		return Sample{}, false
+	}
+	smp := s.buf[0]
+	s.buf[0] = Sample{} // the caller owns it now
+	s.buf = s.buf[1:]
+	return smp, true
 }
 
 // Samples returns an iterator over samples. It stops without error after
@@ -436,15 +470,19 @@ func (s *Sampler) release(n int64) {
 	s.mu.Unlock()
 }
 
-// deliver pushes a decoded sample to the caller, waiting for room.
-func (s *Sampler) deliver(smp Sample) bool {
+// deliver pushes decoded samples to the caller, waiting for room. The
+// caller hands batch over and must not use it afterwards.
+func (s *Sampler) deliver(batch []Sample) bool {
+	if len(batch) == 0 {
+		return true
+	}
 	select {
-	case s.out <- smp:
+	case s.out <- batch:
 	case <-s.ctx.Done():
 		return false
 	}
 	s.mu.Lock()
-	s.delivered++
+	s.delivered += int64(len(batch))
 	done := s.delivered >= s.maxSamples
 	if done {
 		// Wake workers waiting for budget so that they exit.
@@ -561,19 +599,26 @@ func (s *Sampler) request(st reverbpb.ReverbService_SampleStreamClient, n int64)
 }
 
 // deliverEntries adds the entries of resp to the pending sample, and
-// decodes and delivers every sample they complete. got counts the samples
-// of the request delivered so far, of n; the new count and pending sample
-// are returned.
+// decodes every sample they complete, delivering them together once resp
+// is read (or before an error). got counts the samples of the request
+// delivered so far, of n; the new count and pending sample are returned.
 func (s *Sampler) deliverEntries(resp *sampleResponse, n, got int64, pending *partialSample) (int64, *partialSample, error) {
+	var batch []Sample
+	fail := func(err error) (int64, *partialSample, error) {
+		if !s.deliver(batch) {
+			return got, pending, s.ctx.Err()
+		}
+		return got + int64(len(batch)), pending, err
+	}
 	var holder *partialSample // the sample holding a reference to resp.buf
 	for i := range resp.entries {
 		e := &resp.entries[i]
-		if got == n {
-			return got, pending, fmt.Errorf("%w: sampler: server sent more than the %d samples requested", ErrServer, n)
+		if got+int64(len(batch)) == n {
+			return fail(fmt.Errorf("%w: sampler: server sent more than the %d samples requested", ErrServer, n))
 		}
 		if pending == nil {
 			if e.info == nil {
-				return got, pending, fmt.Errorf("%w: table %q: first entry of a sample has no info", ErrMalformedSample, s.table)
+				return fail(fmt.Errorf("%w: table %q: first entry of a sample has no info", ErrMalformedSample, s.table))
 			}
 			pending = resp.spare
 			if pending == nil {
@@ -598,14 +643,17 @@ func (s *Sampler) deliverEntries(resp *sampleResponse, n, got int64, pending *pa
 		pending.release()
 		resp.spare, pending, holder = pending, nil, nil
 		if err != nil {
-			return got, nil, err
+			return fail(err)
 		}
-		if !s.deliver(smp) {
-			return got, nil, s.ctx.Err()
+		if batch == nil {
+			batch = make([]Sample, 0, min(len(resp.entries)-i, int(n-got)))
 		}
-		got++
+		batch = append(batch, smp)
 	}
-	return got, pending, nil
+	if !s.deliver(batch) {
+		return got, pending, s.ctx.Err()
+	}
+	return got + int64(len(batch)), pending, nil
 }
 
 // streamErr maps a stream failure. A stream that ends cleanly in the middle

@@ -480,6 +480,52 @@ func TestSamplerManyWorkersUnlimited(t *testing.T) {
 	}
 }
 
+// TestSamplerConcurrentConsumersQueue has three goroutines share a
+// sampler of a queue whose samples arrive in batches of several per
+// response: every item must be returned exactly once.
+func TestSamplerConcurrentConsumersQueue(t *testing.T) {
+	const n = 400
+	srv := startServer(t, server.QueueTable("queue", n))
+	c := dial(t, srv.Addr)
+	vals := make([]float32, n)
+	for i := range vals {
+		vals[i] = float32(i)
+	}
+	insertScalars(t, srv.Client, "queue", vals...)
+	s := newSampler(t, c, client.SamplerOptions{Table: "queue", NumWorkers: 2, MaxInFlightSamplesPerWorker: 16, MaxSamples: n})
+
+	ctx := testCtx(t)
+	var mu sync.Mutex
+	seen := map[float32]int{}
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(func() {
+			for {
+				smp, err := s.Next(ctx)
+				if errors.Is(err, io.EOF) {
+					return
+				}
+				if err != nil {
+					t.Errorf("Next: %v", err)
+					return
+				}
+				mu.Lock()
+				seen[floats(t, smp.Columns[0])[0]]++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if len(seen) != n {
+		t.Errorf("got %d distinct items, want %d", len(seen), n)
+	}
+	for v, k := range seen {
+		if k != 1 {
+			t.Errorf("item %v returned %d times", v, k)
+		}
+	}
+}
+
 // --- errors and termination -------------------------------------------------
 
 func TestSamplerRateLimiterTimeout(t *testing.T) {
