@@ -83,6 +83,7 @@ func (s *Server) InsertStream(stream reverbpb.ReverbService_InsertStreamServer) 
 type insertStream struct {
 	srv  *Server
 	held map[uint64]*chunkstore.Chunk
+	keys []uint64 // scratch for prefetch
 }
 
 // handle processes one request: store its chunks, insert its items in order
@@ -107,6 +108,7 @@ func (is *insertStream) handle(ctx context.Context, req *insertRequest, confirm 
 		// Reverb ignores keep_chunk_keys on chunk-only requests.
 		return nil
 	}
+	is.prefetch(req.items)
 	for i := range req.items {
 		it := &req.items[i]
 		if err := is.insert(ctx, i, it); err != nil {
@@ -120,6 +122,27 @@ func (is *insertStream) handle(ctx context.Context, req *insertRequest, confirm 
 		confirm(it.key, is.srv.durableLSN())
 	}
 	return is.keep(req.keep)
+}
+
+// prefetch warms the key indexes of the tables items go to (see
+// table.Prefetch). Only runs of items for one table are batched, which
+// is what writers send.
+func (is *insertStream) prefetch(items []wireItem) {
+	if len(items) < 8 {
+		return
+	}
+	keys := is.keys[:0]
+	name := items[0].table
+	for i := range items {
+		if items[i].table != name {
+			return
+		}
+		keys = append(keys, items[i].key)
+	}
+	is.keys = keys
+	if t, ok := is.srv.tables[name]; ok {
+		t.Prefetch(keys)
+	}
 }
 
 // insert adds request item i.

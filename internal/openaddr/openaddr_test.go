@@ -35,6 +35,7 @@ func TestMatchesGoMap(t *testing.T) {
 				}
 			}
 			probe := rng.Uint64N(keyRange)
+			m.Touch(rng.Uint64N(keyRange)) // reads only
 			got, ok := m.Get(probe)
 			want, wantOK := ref[probe]
 			if got != want || ok != wantOK {
@@ -54,6 +55,18 @@ func TestMatchesGoMap(t *testing.T) {
 		if seen != len(ref) {
 			t.Fatalf("range %d: All yields %d keys, want %d", keyRange, seen, len(ref))
 		}
+	}
+}
+
+func TestTouchEmpty(t *testing.T) {
+	var m Map[uint32]
+	if got := m.Touch(42); got != 0 {
+		t.Errorf("Touch on an empty map = %d, want 0", got)
+	}
+	m.Set(42, 1)
+	m.Touch(42)
+	if v, ok := m.Get(42); !ok || v != 1 || m.Len() != 1 {
+		t.Errorf("after Touch: Get(42) = %d, %v, Len %d; want 1, true, 1", v, ok, m.Len())
 	}
 }
 

@@ -24,6 +24,9 @@ func (ix *keyIndex) get(key uint64) (selector.Slot, bool) {
 	return s - 1, true
 }
 
+// touch reads where key's lookup starts (see openaddr.Map.Touch).
+func (ix *keyIndex) touch(key uint64) uint64 { return ix.m.Touch(key) }
+
 // put maps key to slot.
 func (ix *keyIndex) put(key uint64, slot selector.Slot) { ix.m.Set(key, slot+1) }
 

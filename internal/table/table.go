@@ -93,6 +93,7 @@ type Table struct {
 		sync.Mutex
 		closed             bool
 		keys               *keyIndex // item key -> slot in items
+		touched            uint64    // Prefetch's result, kept so its reads are not dropped
 		items              slab
 		sampler            selector.Selector
 		remover            selector.Selector
@@ -164,6 +165,20 @@ func New(cfg Config) (*Table, error) {
 
 // Name is the table's name.
 func (t *Table) Name() string { return t.name }
+
+// Prefetch warms the table's key index for the keys of items about to be
+// inserted, one by one, by Insert: in a large table each lookup is a
+// cache miss, and reading the lines for a batch in one loop lets them be
+// fetched in parallel. It changes nothing; keys may be in any table.
+func (t *Table) Prefetch(keys []uint64) {
+	var sink uint64
+	t.mu.Lock()
+	for _, k := range keys {
+		sink ^= t.mu.keys.touch(k)
+	}
+	t.mu.touched = sink
+	t.mu.Unlock()
+}
 
 // CheckPriority reports whether the table's selectors accept priority.
 func (t *Table) CheckPriority(priority float64) error {

@@ -156,6 +156,26 @@ func (f *fixture) checkNoChunks() {
 	}
 }
 
+// TestPrefetchChangesNothing prefetches present and absent keys, on an
+// empty and a filled table: the queue order, sizes and chunks must be as
+// without it.
+func TestPrefetchChangesNothing(t *testing.T) {
+	f := newFixture(t, fifo, fifo, 3, 1, ratelimit.Queue(3))
+	f.table.Prefetch([]uint64{1, 2, 3})
+	for k := uint64(1); k <= 3; k++ {
+		f.insert(k, 1)
+	}
+	f.table.Prefetch([]uint64{1, 2, 3, 99, 0})
+	f.table.Prefetch(nil)
+	if n := f.table.Len(); n != 3 {
+		t.Fatalf("len %d after prefetching, want 3", n)
+	}
+	if got, want := keys(f.sample(10)), []uint64{1, 2, 3}; !equalKeys(got, want) {
+		t.Fatalf("sampled %v, want %v", got, want)
+	}
+	f.checkNoChunks()
+}
+
 func TestStackIsLIFO(t *testing.T) {
 	f := newFixture(t, lifo, lifo, 10, 1, ratelimit.Stack(10))
 	for k := uint64(1); k <= 4; k++ {
