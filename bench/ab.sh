@@ -10,7 +10,8 @@
 #         first inserts 20,000 items with 4 clients, outside the measurement)
 #
 # Both servers are driven by NEW_BINARY's `reverie bench` with 8 clients,
-# plus any flags in $BENCH_FLAGS (for example "--in-flight 256").
+# plus any flags in $BENCH_FLAGS (for example "--in-flight 256"). Sample
+# runs first insert $PREFILL items (default 20,000) with 4 clients.
 # Server CPU is read from /proc/PID/stat around the measured run only.
 # Prints one line per run and, per round, items/s and CPU per item as B/A.
 set -euo pipefail
@@ -28,7 +29,7 @@ run() {
   port=$(( 20000 + RANDOM % 20000 ))
   "$bin" serve --config "$dir/cfg.yaml" --listen "localhost:$port" "$@" >"$dir/serve.log" 2>&1 &
   pid=$!
-  [[ $mode == sample ]] && "$new" bench --addr "localhost:$port" --table t --mode insert --payload "$payload" --clients 4 --items 20000 >/dev/null
+  [[ $mode == sample ]] && "$new" bench --addr "localhost:$port" --table t --mode insert --payload "$payload" --clients 4 --items "${PREFILL:-20000}" >/dev/null
   local c0 c1
   c0=$(awk '{print $14+$15}' "/proc/$pid/stat")
   "$new" bench --addr "localhost:$port" --table t --mode "$mode" --payload "$payload" --clients 8 --duration "${secs}s" --json ${BENCH_FLAGS:-} >"$dir/out.json"

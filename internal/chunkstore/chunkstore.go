@@ -143,28 +143,44 @@ func (s *Store) release(c *Chunk) {
 	}
 }
 
-// Chunk is one stored chunk.
+// Chunk is one stored chunk. The fields a sample reads (key, store, buf)
+// come first, to share the struct's first cache line.
 type Chunk struct {
 	key   uint64
-	size  int
 	store *Store
-	refs  atomic.Int32
+
+	// buf is the chunk's encoding. In memory mode it never changes. In
+	// the tiered modes it and the fields at the end are guarded by
+	// store.tier.mu; buf is nil while the data is only in the spill. The
+	// bytes of a buf are never modified, so a reader may keep them after
+	// unlocking.
+	buf []byte
+
+	size int
+	refs atomic.Int32
 
 	// The metadata never changes.
 	episode uint64
 	rows    []int64 // leading dimension of each tensor, -1 if unknown
 	id      uint64  // tiered mode: the spill key, unique in the store, never reused
 
-	// buf is the chunk's encoding. In memory mode it never changes. In
-	// the tiered modes it and the fields below are guarded by
-	// store.tier.mu; buf is nil while the data is only in the spill. The
-	// bytes of a buf are never modified, so a reader may keep them after
-	// unlocking.
-	buf        []byte
+	// Guarded by store.tier.mu in the tiered modes, as buf.
 	prev, next *Chunk // links in the LRU list; nil when not in it
 	onDisk     bool   // the spill holds the data
 	spilling   bool   // being written to the spill, buf still set
 	released   bool   // the last reference was dropped
+}
+
+// Touch reads the chunk's first cache line, and in memory mode the first
+// byte of its encoding, and returns a value derived from them for the
+// caller to keep. Touching the chunks of a batch of samples before
+// copying them lets the CPU fetch their lines in parallel.
+func (c *Chunk) Touch() uint64 {
+	v := c.key
+	if c.store.tier == nil && len(c.buf) > 0 {
+		v ^= uint64(c.buf[0])
+	}
+	return v
 }
 
 // Key is the client-chosen chunk key.

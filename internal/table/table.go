@@ -92,8 +92,10 @@ type Table struct {
 	mu struct {
 		sync.Mutex
 		closed             bool
-		keys               *keyIndex // item key -> slot in items
-		touched            uint64    // Prefetch's result, kept so its reads are not dropped
+		keys               *keyIndex         // item key -> slot in items
+		touched            uint64            // Prefetch's and drawAheadLocked's reads, kept so they are not dropped
+		ahead              []selector.Choice // drawAheadLocked's buffers
+		aheadChunks        []*chunkstore.Chunk
 		items              slab
 		sampler            selector.Selector
 		remover            selector.Selector
@@ -300,16 +302,77 @@ func (t *Table) Sample(ctx context.Context, n int, timeout time.Duration) ([]Sam
 	return w.out, w.err
 }
 
+// drawAheadMin is the smallest batch drawAheadLocked draws ahead for, and
+// drawAheadMax the largest.
+const (
+	drawAheadMin = 4
+	drawAheadMax = 256
+)
+
+// drawAheadLocked draws up to n samples' choices before any is taken, and
+// reads the cache lines that taking and sending them will touch (the
+// item's slot, its trajectory, its chunk list, its chunks and the start
+// of their encodings), one kind at a time, so that the CPU fetches the
+// lines of the whole batch in parallel rather than missing on each sample
+// in turn: in a large table these misses are most of the cost of
+// sampling. It returns nil, and sampling draws one choice at a time, when
+// taking a sample can delete an item (max_times_sampled), since a later
+// choice could then name a deleted slot. Otherwise nothing that sampling
+// changes (times_sampled, the rate limiter, the extensions) affects what
+// the selectors draw, so drawing ahead does not change the distribution;
+// choices left unused when the rate limiter stops are dropped.
+func (t *Table) drawAheadLocked(n int) []selector.Choice {
+	if t.maxTimesSampled > 0 || n < drawAheadMin || !t.mu.limiter.CanSample() {
+		return nil
+	}
+	n = min(n, drawAheadMax)
+	ahead := t.mu.ahead[:0]
+	for range n {
+		c, err := t.mu.sampler.Sample()
+		if err != nil {
+			break
+		}
+		ahead = append(ahead, c)
+	}
+	t.mu.ahead = ahead
+	var sink uint64
+	for _, c := range ahead {
+		sink ^= t.mu.items.at(c.Slot).Key
+	}
+	chunks := t.mu.aheadChunks[:0]
+	for _, c := range ahead {
+		it := t.mu.items.at(c.Slot)
+		chunks = append(chunks, it.Chunks...)
+		if len(it.Trajectory) > 0 {
+			sink ^= uint64(it.Trajectory[0])
+		}
+	}
+	for _, ch := range chunks {
+		sink ^= ch.Touch()
+	}
+	clear(chunks)
+	t.mu.aheadChunks = chunks[:0]
+	t.mu.touched = sink
+	return ahead
+}
+
 // sampleLocked appends up to n-len(out) samples to out while the rate
 // limiter admits them.
 func (t *Table) sampleLocked(out []Sampled, n int, rateLimited bool) []Sampled {
 	if out == nil {
 		out = make([]Sampled, 0, min(n, t.mu.keys.len()))
 	}
+	ahead := t.drawAheadLocked(n - len(out))
 	for len(out) < n && t.mu.keys.len() > 0 && t.mu.limiter.CanSample() {
-		choice, err := t.mu.sampler.Sample()
-		if err != nil {
-			break
+		var choice selector.Choice
+		if len(ahead) > 0 {
+			choice, ahead = ahead[0], ahead[1:]
+		} else {
+			c, err := t.mu.sampler.Sample()
+			if err != nil {
+				break
+			}
+			choice = c
 		}
 		item := t.mu.items.mutable(choice.Slot)
 		item.TimesSampled++

@@ -176,6 +176,55 @@ func TestPrefetchChangesNothing(t *testing.T) {
 	f.checkNoChunks()
 }
 
+// TestDrawAhead checks batches that are drawn ahead (see drawAheadLocked):
+// times_sampled counts each sample in order, a deterministic sampler
+// keeps returning its item, and the uniform and prioritized samplers keep
+// their distributions (a deviation of 5 sigma fails).
+func TestDrawAhead(t *testing.T) {
+	f := newFixture(t, fifo, fifo, 10, 0, ratelimit.MinSize(1))
+	f.insert(1, 1)
+	f.insert(2, 1)
+	got := f.sample(100)
+	for i, s := range got {
+		if s.Item.Key != 1 || s.Item.TimesSampled != int32(i+1) {
+			t.Fatalf("sample %d: key %d times_sampled %d, want 1 and %d", i, s.Item.Key, s.Item.TimesSampled, i+1)
+		}
+		s.Unpin()
+	}
+
+	for _, tc := range []struct {
+		name    string
+		sampler selector.Spec
+		prio    []float64
+	}{
+		{"uniform", uniform, []float64{1, 1, 1, 1}},
+		{"prioritized", selector.Spec{Kind: selector.KindPrioritized, PriorityExponent: 1}, []float64{1, 2, 3, 4}},
+	} {
+		f := newFixture(t, tc.sampler, fifo, 10, 0, ratelimit.MinSize(1))
+		total := 0.0
+		for i, p := range tc.prio {
+			f.insert(uint64(i), p)
+			total += p
+		}
+		counts := make([]int, len(tc.prio))
+		const batches, per = 400, 64
+		for range batches {
+			for _, s := range f.sample(per) {
+				counts[s.Item.Key]++
+				s.Unpin()
+			}
+		}
+		n := float64(batches * per)
+		for i, p := range tc.prio {
+			q := p / total
+			want, sigma := n*q, math.Sqrt(n*q*(1-q))
+			if d := math.Abs(float64(counts[i]) - want); d > 5*sigma {
+				t.Errorf("%s: item %d sampled %d times, want %.0f ± %.0f", tc.name, i, counts[i], want, 5*sigma)
+			}
+		}
+	}
+}
+
 func TestStackIsLIFO(t *testing.T) {
 	f := newFixture(t, lifo, lifo, 10, 1, ratelimit.Stack(10))
 	for k := uint64(1); k <= 4; k++ {
