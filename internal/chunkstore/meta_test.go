@@ -86,3 +86,25 @@ func FuzzParseMeta(f *testing.F) {
 		checkMeta(t, b, m)
 	})
 }
+
+// BenchmarkParseMeta parses the chunk of a 400 B insert (one float32
+// tensor of shape [1, 100], Snappy-sized content).
+func BenchmarkParseMeta(b *testing.B) {
+	tensor := shapedTensor(1, 100)
+	tensor.TensorContent = make([]byte, 405)
+	enc, err := proto.Marshal(&reverbpb.ChunkData{
+		ChunkKey:       1 << 60,
+		SequenceRange:  &reverbpb.SequenceRange{EpisodeId: 1 << 61, Start: 7, End: 7},
+		Data:           &reverbpb.ChunkData_Data{Tensors: []*tensorflowpb.TensorProto{tensor}},
+		DataTensorsLen: 1,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ParseMeta(enc); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
