@@ -495,3 +495,5 @@ func (streamCodec) Unmarshal(data mem.BufferSlice, v any) error {
 // to gRPC). Unlike gRPC's default pool it does not clear buffers: their
 // users overwrite every byte they read.
 var wirePool = &bufpool.Pool{}
+
+var _ mem.BufferPool = wirePool

@@ -53,6 +53,8 @@ func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
 // the codec copies out what it keeps.
 var transportPool = &bufpool.Pool{}
 
+var _ mem.BufferPool = transportPool
+
 // rawMessage is an encoded message; gRPC sends data and then frees it.
 type rawMessage struct {
 	data mem.BufferSlice

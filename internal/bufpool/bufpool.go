@@ -7,13 +7,15 @@
 // of the server's CPU in it. reverie gives this pool to gRPC's transport
 // on both ends (experimental.BufferPool, experimental.WithBufferPool) and
 // uses it for its own encoding buffers, which it always fills.
+//
+// Pool has the methods of gRPC's mem.BufferPool without importing gRPC:
+// internal packages stay free of it (internal/lint); the client and the
+// server check that it fits where they hand it to gRPC.
 package bufpool
 
 import (
 	"math/bits"
 	"sync"
-
-	"google.golang.org/grpc/mem"
 )
 
 const (
@@ -21,7 +23,7 @@ const (
 	classes  = 15 // 256 B .. 4 MiB
 )
 
-// Pool is a mem.BufferPool of power-of-two sized buffers from 256 B to
+// Pool is a buffer pool of power-of-two sized buffers from 256 B to
 // 4 MiB, not cleared between uses; larger buffers are allocated and
 // dropped. The zero value is ready to use.
 type Pool struct {
@@ -30,8 +32,6 @@ type Pool struct {
 	// see any use of a buffer after it was freed. Set it before first use.
 	Poison bool
 }
-
-var _ mem.BufferPool = (*Pool)(nil)
 
 // class returns the index of the smallest class holding n bytes, or -1.
 func class(n int) int {
