@@ -370,9 +370,25 @@ func (p *proc) kill(t *testing.T) {
 	}
 }
 
+// logsContain waits up to 10 s for a log line containing want, and
+// returns the lines read so far. The server writes a line before the RPC
+// that caused it returns, but the goroutine copying its stderr into
+// p.logs may not have read it yet.
 func logsContain(p *proc, want string) (string, bool) {
-	logs := drain(p.logs)
-	return logs, strings.Contains(logs, want)
+	var b strings.Builder
+	deadline := time.After(10 * time.Second)
+	for {
+		b.WriteString(drain(p.logs))
+		if strings.Contains(b.String(), want) {
+			return b.String(), true
+		}
+		select {
+		case l := <-p.logs:
+			b.WriteString(l + "\n")
+		case <-deadline:
+			return b.String(), false
+		}
+	}
 }
 
 // TestCheckpointSurvivesKill: items inserted and checkpointed come back
