@@ -53,16 +53,17 @@ type sampleResponse struct {
 	spare *partialSample
 }
 
-// recycle readies r for the next response, keeping its slabs when nothing
-// decoded from the last one is still referenced (keep is false).
-func (r *sampleResponse) recycle(keep bool) {
-	r.buf, r.entries = nil, r.entries[:0]
-	if keep {
+// recycle readies r for the next response. Its slabs are reused unless
+// referenced: a sample split over responses still points into them, so
+// they are left to it and the next response gets new ones.
+func (r *sampleResponse) recycle(referenced bool) {
+	r.buf = nil
+	if referenced {
 		r.entries, r.infos, r.chunks, r.tensors, r.dims, r.columns, r.slices = nil, nil, nil, nil, nil, nil, nil
 		return
 	}
-	r.infos, r.chunks, r.tensors, r.dims = r.infos[:0], r.chunks[:0], r.tensors[:0], r.dims[:0]
-	r.columns, r.slices = r.columns[:0], r.slices[:0]
+	r.entries, r.infos, r.chunks, r.tensors = r.entries[:0], r.infos[:0], r.chunks[:0], r.tensors[:0]
+	r.dims, r.columns, r.slices = r.dims[:0], r.columns[:0], r.slices[:0]
 }
 
 // carve returns dst with slab[from:] appended: slab[from:] itself, with no

@@ -125,8 +125,8 @@ func (is *insertStream) handle(ctx context.Context, req *insertRequest, confirm 
 }
 
 // prefetch warms the key indexes of the tables items go to (see
-// table.Prefetch). Only runs of items for one table are batched, which
-// is what writers send.
+// table.Prefetch). Only requests of at least 8 items that all go to one
+// table are prefetched, which is what writers send.
 func (is *insertStream) prefetch(items []wireItem) {
 	if len(items) < 8 {
 		return
