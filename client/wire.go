@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"sync/atomic"
 
 	"github.com/golang/snappy"
 	"github.com/reverie-rl/reverie/internal/bufpool"
@@ -189,17 +190,19 @@ func (h *chunkHead) appendSuffix(b []byte) []byte {
 // Snappy output is written straight into the returned buffer, between the
 // fields that precede and follow it, so the content is copied once.
 //
-// When pool is not nil and the encoding may reach bigChunkBytes, its
-// buffer comes from pool and is also returned as a mem.Buffer holding one
-// reference, for the caller to free once nothing reads the encoding any
-// more; otherwise that mem.Buffer is nil.
-func encodeChunkRaw(h *chunkHead, raw []byte, pool mem.BufferPool) ([]byte, mem.Buffer, error) {
+// When pool is not nil the buffer comes from pool. If the encoding may
+// reach bigChunkBytes, the buffer is returned as big, a mem.Buffer holding
+// one reference, for the caller to free once nothing reads the encoding any
+// more; otherwise it is returned as small, for the caller to put back (see
+// smallBuf). Without a pool both are nil and the buffer is the garbage
+// collector's.
+func encodeChunkRaw(h *chunkHead, raw []byte, pool mem.BufferPool) (enc []byte, big mem.Buffer, small *[]byte, err error) {
 	if len(raw) > maxSnappyInput {
-		return nil, nil, fmt.Errorf("client: tensor of %d bytes is too large for Snappy", len(raw))
+		return nil, nil, nil, fmt.Errorf("client: tensor of %d bytes is too large for Snappy", len(raw))
 	}
 	maxContent := snappy.MaxEncodedLen(len(raw))
 	if maxContent < 0 {
-		return nil, nil, fmt.Errorf("client: tensor of %d bytes is too large for Snappy", len(raw))
+		return nil, nil, nil, fmt.Errorf("client: tensor of %d bytes is too large for Snappy", len(raw))
 	}
 	// Varint sizes grow with the value, so the prefix for the largest
 	// possible content is at least as long as the real one.
@@ -207,7 +210,9 @@ func encodeChunkRaw(h *chunkHead, raw []byte, pool mem.BufferPool) ([]byte, mem.
 	size := head + maxContent + chunkSuffixMax
 	var buf []byte
 	var bufp *[]byte
-	if pool != nil && size >= bigChunkBytes {
+	if pool != nil {
+		// Pooled buffers are not cleared: every byte of the encoding is
+		// written below, and nothing reads past it.
 		bufp = pool.Get(size)
 		buf = *bufp
 	} else {
@@ -220,16 +225,50 @@ func encodeChunkRaw(h *chunkHead, raw []byte, pool mem.BufferPool) ([]byte, mem.
 	start := head - h.prefixLen(len(content))
 	h.appendPrefix(buf[start:start], len(content))
 	out := h.appendSuffix(buf[:head+len(content)])
-	enc := out[start:len(out):len(out)]
+	enc = out[start:len(out):len(out)]
 	if bufp == nil {
-		return enc, nil, nil
+		return enc, nil, nil, nil
+	}
+	if size < bigChunkBytes {
+		return enc, nil, bufp, nil
 	}
 	// The buffer as a mem.Buffer of the encoding alone: the bytes before
 	// start are split off and their reference dropped.
 	*bufp = out
 	pre, encBuf := mem.SplitUnsafe(mem.NewBuffer(bufp, pool), start)
 	pre.Free()
-	return enc, encBuf, nil
+	return enc, encBuf, nil, nil
+}
+
+// smallBuf is the pooled buffer of a chunk encoding below bigChunkBytes.
+// Requests copy such encodings into their own buffer, so gRPC never holds
+// them; refs counts the holders instead: the writer's chunk, until no item
+// or history step uses it, and every request built with the chunk, until
+// its marshal has copied it. The last release puts the buffer back.
+// gRPC's mem.Buffer cannot do this: it does not count references to
+// buffers of 1 KiB and less.
+type smallBuf struct {
+	refs atomic.Int32
+	buf  *[]byte
+	pool mem.BufferPool
+}
+
+// init makes s hold buf, with one reference.
+func (s *smallBuf) init(buf *[]byte, pool mem.BufferPool) {
+	s.buf, s.pool = buf, pool
+	s.refs.Store(1)
+}
+
+func (s *smallBuf) ref() { s.refs.Add(1) }
+
+// release drops a reference. The bytes must not be read afterwards.
+func (s *smallBuf) release() {
+	switch n := s.refs.Add(-1); {
+	case n == 0:
+		s.pool.Put(s.buf)
+	case n < 0:
+		panic("client: chunk encoding buffer released more often than referenced")
+	}
 }
 
 // encodeChunkStrings returns the encoded ChunkData of a DT_STRING chunk
@@ -332,6 +371,18 @@ type insertRequest struct {
 	// bufs[i], when not nil, is a reference to the pooled buffer of
 	// chunks[i], which marshal hands over to gRPC.
 	bufs []mem.Buffer
+	// smalls are references to the pooled buffers of small chunks, which
+	// marshal releases once it has copied them.
+	smalls []*smallBuf
+}
+
+// releaseSmall drops the request's references to small chunk buffers.
+func (r *insertRequest) releaseSmall() {
+	for _, s := range r.smalls {
+		s.release()
+	}
+	clear(r.smalls)
+	r.smalls = r.smalls[:0]
 }
 
 // bigChunkBytes is the size from which a chunk's encoding is handed to gRPC
@@ -389,7 +440,9 @@ func (r *insertRequest) appendTail(b []byte) []byte {
 
 // marshal returns the encoded request as gRPC buffers: the tags, lengths
 // and small encodings copied into one buffer from pool, split around the
-// encodings of big chunks, which are referenced without copying.
+// encodings of big chunks, which are referenced without copying. It drops
+// the request's references to small encodings' buffers once they are
+// copied, so a request is marshalled once.
 func (r *insertRequest) marshal(pool mem.BufferPool) mem.BufferSlice {
 	total := r.size()
 	small, nbig := total, 0
@@ -410,6 +463,7 @@ func (r *insertRequest) marshal(pool mem.BufferPool) mem.BufferSlice {
 	if nbig == 0 {
 		b = r.appendTo(b)
 		*buf = b
+		r.releaseSmall()
 		return mem.BufferSlice{mem.NewBuffer(buf, pool)}
 	}
 	// cuts[i] is where the small part before big chunk i ends in b.
@@ -425,6 +479,7 @@ func (r *insertRequest) marshal(pool mem.BufferPool) mem.BufferSlice {
 	}
 	b = r.appendTail(b)
 	*buf = b
+	r.releaseSmall()
 	out := make(mem.BufferSlice, 0, 2*nbig+1)
 	rest := mem.NewBuffer(buf, pool)
 	prev, i := 0, 0

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
@@ -97,14 +98,25 @@ func TestEncodeChunkWire(t *testing.T) {
 				pool = &bufpool.Pool{}
 			}
 			var buf mem.Buffer
-			enc, buf, err = encodeChunkRaw(&h, raw, pool)
-			if buf != nil {
+			var small *[]byte
+			enc, buf, small, err = encodeChunkRaw(&h, raw, pool)
+			switch {
+			case buf != nil:
 				if d := buf.ReadOnlyData(); len(d) != len(enc) || &d[0] != &enc[0] {
 					t.Fatalf("case %d: the pooled buffer holds %d bytes, not the %d of the encoding", i, len(d), len(enc))
 				}
 				defer buf.Free()
-			} else if pool != nil && len(enc) >= bigChunkBytes {
-				t.Fatalf("case %d: a chunk encoding of %d bytes is not pooled", i, len(enc))
+			case small != nil:
+				if len(enc) >= bigChunkBytes {
+					t.Fatalf("case %d: a chunk encoding of %d bytes is pooled as small", i, len(enc))
+				}
+				d := (*small)[:cap(*small)]
+				lo, hi := uintptr(unsafe.Pointer(&d[0])), uintptr(unsafe.Pointer(&d[len(d)-1]))
+				if p := uintptr(unsafe.Pointer(&enc[0])); p < lo || p+uintptr(len(enc)-1) > hi {
+					t.Fatalf("case %d: the encoding is not in the small pooled buffer", i)
+				}
+			case pool != nil:
+				t.Fatalf("case %d: a chunk encoding of %d bytes from a pool is not pooled", i, len(enc))
 			}
 		}
 		if err != nil {
@@ -194,10 +206,11 @@ func TestEncodeItemWire(t *testing.T) {
 // chunks are referenced, not copied.
 func TestInsertRequestWire(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 12))
-	pool := &bufpool.Pool{}
+	pool := &bufpool.Pool{Poison: true}
 	sizes := []int{0, 1, 100, 400, bigChunkBytes - 40, bigChunkBytes + 10, 100_000}
 	for i := 0; i < 300; i++ {
 		req := &insertRequest{}
+		var writerRefs []*smallBuf // the writer's references, dropped after marshal
 		want := &reverbpb.InsertStreamRequest{}
 		for c := r.IntN(6); c > 0; c-- {
 			n := sizes[r.IntN(len(sizes))]
@@ -206,9 +219,18 @@ func TestInsertRequestWire(t *testing.T) {
 			for j := range data {
 				data[j] = byte(r.UintN(256))
 			}
-			enc, buf, err := encodeChunkRaw(&h, data, pool)
+			enc, buf, small, err := encodeChunkRaw(&h, data, pool)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if small != nil {
+				// As a writer does: one reference for the writer's chunk,
+				// one for the request, which marshal drops.
+				s := &smallBuf{}
+				s.init(small, pool)
+				s.ref()
+				req.smalls = append(req.smalls, s)
+				writerRefs = append(writerRefs, s)
 			}
 			if buf != nil && r.IntN(2) == 0 {
 				// The request's reference, handed over to gRPC.
@@ -236,12 +258,24 @@ func TestInsertRequestWire(t *testing.T) {
 			req.keep = append(req.keep, k)
 			want.KeepChunkKeys = append(want.KeepChunkKeys, k)
 		}
+		want2 := req.appendTo(nil) // before marshal releases anything
 		bufs := req.marshal(pool)
+		if len(req.smalls) != 0 {
+			t.Fatalf("case %d: marshal kept %d small buffer references", i, len(req.smalls))
+		}
+		// The writer lets go of its small chunks: their buffers go back to
+		// the pool, which poisons them. The request's bytes are copies.
+		for _, s := range writerRefs {
+			if n := s.refs.Load(); n != 1 {
+				t.Fatalf("case %d: a small chunk buffer has %d references after marshal, want the writer's 1", i, n)
+			}
+			s.release()
+		}
 		joined := bufs.Materialize()
 		if len(joined) != req.size() {
 			t.Fatalf("case %d: %d bytes, size() says %d", i, len(joined), req.size())
 		}
-		if !bytes.Equal(joined, req.appendTo(nil)) {
+		if !bytes.Equal(joined, want2) {
 			t.Fatalf("case %d: buffers differ from appendTo", i)
 		}
 		got := &reverbpb.InsertStreamRequest{}

@@ -139,9 +139,12 @@ type writerChunk struct {
 	// enc is the encoded ChunkData once finalised, nil before. It is never
 	// modified afterwards: requests reference it while gRPC sends them.
 	enc []byte
-	// encBuf, when not nil, is the writer's reference to enc's pooled
-	// buffer, freed (and enc dropped) when users falls to zero.
-	encBuf mem.Buffer
+	// encBuf, when not nil, is the writer's reference to the pooled
+	// buffer of a big enc, freed (and enc dropped) when users falls to
+	// zero; encSmall is the same for a small enc, when encSmall.buf is
+	// not nil.
+	encBuf   mem.Buffer
+	encSmall smallBuf
 	// users counts the live history cells of the chunk and the items in
 	// the queue or in flight that reference it.
 	users int
@@ -417,7 +420,11 @@ func (w *TrajectoryWriter) finaliseLocked(col *writerColumn, single *Tensor) err
 			deltaEncodeInPlace(raw, size, len(raw)/ch.rows)
 		}
 		h.uncompressed = int64(len(raw))
-		enc, ch.encBuf, err = encodeChunkRaw(&h, raw, wirePool)
+		var small *[]byte
+		enc, ch.encBuf, small, err = encodeChunkRaw(&h, raw, wirePool)
+		if small != nil {
+			ch.encSmall.init(small, wirePool)
+		}
 	}
 	ch.data, ch.strs = nil, nil
 	if err != nil {
@@ -565,12 +572,20 @@ func (w *TrajectoryWriter) newItemLocked(table string, priority float64, traject
 
 // dropUser records that a history cell or an item no longer references
 // the chunk. With no user left the chunk can never be sent again, and its
-// pooled buffer goes back to the pool once gRPC has sent it.
+// pooled buffer goes back to the pool once gRPC has sent it (a big
+// encoding) or the requests that include it have copied it (a small one).
 func (ch *writerChunk) dropUser() {
 	ch.users--
-	if ch.users == 0 && ch.encBuf != nil {
+	if ch.users != 0 {
+		return
+	}
+	if ch.encBuf != nil {
 		ch.encBuf.Free()
 		ch.encBuf, ch.enc = nil, nil
+	}
+	if ch.encSmall.buf != nil {
+		ch.enc = nil
+		ch.encSmall.release()
 	}
 }
 

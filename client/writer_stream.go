@@ -257,6 +257,11 @@ func (w *TrajectoryWriter) nextRequest(sc *streamChunks, recvDone <-chan struct{
 					req.bufs = append(req.bufs, make([]mem.Buffer, len(req.chunks)+1-len(req.bufs))...)
 					req.bufs[len(req.chunks)] = ch.encBuf
 				}
+				if ch.encSmall.buf != nil {
+					// Likewise, until marshal has copied the bytes.
+					ch.encSmall.ref()
+					req.smalls = append(req.smalls, &ch.encSmall)
+				}
 				req.chunks = append(req.chunks, ch.enc)
 				size += len(ch.enc)
 			}
