@@ -3,6 +3,7 @@ package selector_test
 import (
 	"errors"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -209,5 +210,55 @@ func TestHeapTiesLarge(t *testing.T) {
 			}
 			mustDelete(t, h, c.Slot)
 		}
+	}
+}
+
+// TestFIFOOldest checks that Oldest lists the slots a FIFO selector would
+// return, one Sample and Delete after another, after inserts and deletes
+// in any order.
+func TestFIFOOldest(t *testing.T) {
+	s := selector.NewFIFO()
+	o, ok := s.(selector.Orderer)
+	if !ok {
+		t.Fatal("FIFO does not implement Orderer")
+	}
+	o.Oldest(3, func(selector.Slot) { t.Fatal("Oldest of an empty selector called back") })
+	rng := rand.New(rand.NewPCG(5, 6))
+	present := map[selector.Slot]bool{}
+	for i := 0; i < 2000; i++ {
+		slot := selector.Slot(rng.IntN(64))
+		if present[slot] {
+			if err := s.Delete(slot); err != nil {
+				t.Fatal(err)
+			}
+			delete(present, slot)
+		} else {
+			if err := s.Insert(slot, 0); err != nil {
+				t.Fatal(err)
+			}
+			present[slot] = true
+		}
+	}
+	n := rng.IntN(len(present) + 3) // up to more than held: Oldest stops early
+	var got []selector.Slot
+	o.Oldest(n, func(s selector.Slot) { got = append(got, s) })
+	var want []selector.Slot
+	for s.Len() > 0 {
+		c, err := s.Sample()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, c.Slot)
+		if err := s.Delete(c.Slot); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want = want[:min(n, len(want))]; !slices.Equal(got, want) {
+		t.Fatalf("Oldest(%d) = %v\nwant %v", n, got, want)
+	}
+	got = got[:0]
+	o.Oldest(0, func(s selector.Slot) { got = append(got, s) })
+	if len(got) != 0 {
+		t.Fatalf("Oldest(0) called back %d times", len(got))
 	}
 }

@@ -119,6 +119,14 @@ type Selector interface {
 	Spec() Spec
 }
 
+// Orderer is implemented by selectors whose coming choices are known in
+// advance (FIFO): a table reads ahead the items its remover will take.
+type Orderer interface {
+	// Oldest calls fn with each of the n slots Sample would return next,
+	// were each removed in turn (fewer if fewer are held).
+	Oldest(n int, fn func(Slot))
+}
+
 // Factory makes a new, empty selector. seed seeds any randomness, so that a
 // table can be made reproducible in tests.
 type Factory func(seed uint64) Selector

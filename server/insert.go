@@ -98,6 +98,11 @@ func (is *insertStream) handle(ctx context.Context, req *insertRequest, confirm 
 	if len(req.chunks) == 0 && len(req.items) == 0 {
 		return fmt.Errorf("%w: request has neither chunks nor items", ErrInvalidRequest)
 	}
+	if len(req.chunks) >= 8 {
+		for i := range req.chunks {
+			is.srv.chunks.Prefetch(req.chunks[i].meta.Key)
+		}
+	}
 	for _, ch := range req.chunks {
 		if _, ok := is.held[ch.meta.Key]; ok {
 			continue // the first copy on a stream wins

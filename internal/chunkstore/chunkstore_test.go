@@ -64,13 +64,29 @@ func TestConcurrentSharing(t *testing.T) { forEachMode(t, testConcurrentSharing)
 
 func testConcurrentSharing(t *testing.T, s *Store) {
 	var wg sync.WaitGroup
+	// Grow the shards' indexes while the others prefetch from them (which
+	// takes no lock: the race detector checks it reads nothing unsafely).
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		var held []*Chunk
+		for i := 0; i < 20000; i++ {
+			held = append(held, s.Insert(chunk(uint64(1000+i))))
+		}
+		for _, c := range held {
+			c.Unref()
+		}
+	}()
 	for g := 0; g < 8; g++ {
 		wg.Add(1)
 		go func(g int) {
 			defer wg.Done()
 			for i := 0; i < 5000; i++ {
 				key := uint64(i % 17)
+				s.Prefetch(key)
+				s.Prefetch(uint64(1000 + i))
 				c := s.Insert(chunk(key))
+				c.PrefetchIndex()
 				if c.Key() != key {
 					t.Errorf("key %d gave chunk %d", key, c.Key())
 					return

@@ -15,6 +15,9 @@ import (
 	crand "crypto/rand"
 	"encoding/binary"
 	"math/bits"
+	"unsafe"
+
+	"github.com/reverie-rl/reverie/internal/prefetch"
 )
 
 // Map maps uint64 keys to values of V. The zero V marks an empty entry, so
@@ -50,13 +53,14 @@ func RandomSeed() uint64 {
 // Len is the number of keys.
 func (m *Map[V]) Len() int { return m.n }
 
-func (m *Map[V]) home(key uint64) uint64 {
-	// splitmix64's finaliser, seeded.
-	h := key ^ m.seed
+func (m *Map[V]) home(key uint64) uint64 { return mix(key, m.seed) >> m.shift }
+
+// mix is splitmix64's finaliser, seeded.
+func mix(key, seed uint64) uint64 {
+	h := key ^ seed
 	h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9
 	h = (h ^ (h >> 27)) * 0x94d049bb133111eb
-	h ^= h >> 31
-	return h >> m.shift
+	return h ^ (h >> 31)
 }
 
 // Get returns the value of key, or the zero V and false.
@@ -77,16 +81,53 @@ func (m *Map[V]) Get(key uint64) (V, bool) {
 	}
 }
 
-// Touch reads the entry where a lookup of key starts and returns a value
-// derived from it, for the caller to keep (so that the read is not
-// optimised away). Touching the keys of a batch before looking them up
-// one by one lets the CPU fetch their cache lines in parallel, instead of
-// one miss after another.
-func (m *Map[V]) Touch(key uint64) uint64 {
+// Prefetch asks the CPU to start fetching the entry where a lookup of key
+// starts (see package prefetch), so that a later lookup finds it cached.
+// Prefetching the keys of a batch before looking them up one by one
+// overlaps their cache misses instead of paying one after another.
+func (m *Map[V]) Prefetch(key uint64) {
 	if len(m.entries) == 0 {
-		return 0
+		return
 	}
-	return m.entries[m.home(key)].key
+	prefetch.Line(unsafe.Pointer(&m.entries[m.home(key)]))
+}
+
+// Hint is a copy of where a map's entries lie, for prefetching lookups
+// without the map: see Map.Hint.
+type Hint struct {
+	base  uintptr
+	shift uint
+	seed  uint64
+	size  uintptr // of an entry
+}
+
+// Hint returns where m's entries lie now. It stays usable for prefetching
+// from any goroutine after m changes (a prefetch of a stale address is
+// harmless), but its owner should take a new one after Set, which may move
+// the entries.
+func (m *Map[V]) Hint() Hint {
+	if len(m.entries) == 0 {
+		return Hint{}
+	}
+	return Hint{
+		base:  uintptr(unsafe.Pointer(&m.entries[0])),
+		shift: m.shift,
+		seed:  m.seed,
+		size:  unsafe.Sizeof(m.entries[0]),
+	}
+}
+
+// Prefetch asks the CPU to start fetching the entry where a lookup of key
+// started when the hint was taken.
+func (h *Hint) Prefetch(key uint64) {
+	if h.base != 0 {
+		prefetch.Addr(h.addr(key))
+	}
+}
+
+// addr is the address of the entry where a lookup of key started.
+func (h *Hint) addr(key uint64) uintptr {
+	return h.base + uintptr(mix(key, h.seed)>>h.shift)*h.size
 }
 
 // Set maps key to v, replacing its value if key is present. v must not be

@@ -3,6 +3,7 @@ package openaddr
 import (
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 )
 
 // TestMatchesGoMap runs random sets, deletes, conditional deletes and
@@ -35,7 +36,7 @@ func TestMatchesGoMap(t *testing.T) {
 				}
 			}
 			probe := rng.Uint64N(keyRange)
-			m.Touch(rng.Uint64N(keyRange)) // reads only
+			m.Prefetch(rng.Uint64N(keyRange)) // changes nothing
 			got, ok := m.Get(probe)
 			want, wantOK := ref[probe]
 			if got != want || ok != wantOK {
@@ -58,15 +59,34 @@ func TestMatchesGoMap(t *testing.T) {
 	}
 }
 
-func TestTouchEmpty(t *testing.T) {
+func TestPrefetchEmpty(t *testing.T) {
 	var m Map[uint32]
-	if got := m.Touch(42); got != 0 {
-		t.Errorf("Touch on an empty map = %d, want 0", got)
-	}
+	m.Prefetch(42)
+	h := m.Hint()
+	h.Prefetch(42)
 	m.Set(42, 1)
-	m.Touch(42)
+	m.Prefetch(42)
 	if v, ok := m.Get(42); !ok || v != 1 || m.Len() != 1 {
-		t.Errorf("after Touch: Get(42) = %d, %v, Len %d; want 1, true, 1", v, ok, m.Len())
+		t.Errorf("after Prefetch: Get(42) = %d, %v, Len %d; want 1, true, 1", v, ok, m.Len())
+	}
+}
+
+// TestHint checks that a hint points where the map's lookups start, as
+// the map grows, so that prefetching through it fetches the right line.
+func TestHint(t *testing.T) {
+	m := New[uint32]()
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := 1; i <= 5000; i++ {
+		m.Set(rng.Uint64(), uint32(i))
+		h := m.Hint()
+		for j := 0; j < 4; j++ {
+			key := rng.Uint64()
+			want := uintptr(unsafe.Pointer(&m.entries[m.home(key)]))
+			if got := h.addr(key); got != want {
+				t.Fatalf("after %d sets: hint address of key %d is %#x, want %#x", i, key, got, want)
+			}
+			h.Prefetch(key)
+		}
 	}
 }
 

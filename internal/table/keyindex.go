@@ -24,8 +24,8 @@ func (ix *keyIndex) get(key uint64) (selector.Slot, bool) {
 	return s - 1, true
 }
 
-// touch reads where key's lookup starts (see openaddr.Map.Touch).
-func (ix *keyIndex) touch(key uint64) uint64 { return ix.m.Touch(key) }
+// prefetch asks the CPU to fetch where key's lookup starts.
+func (ix *keyIndex) prefetch(key uint64) { ix.m.Prefetch(key) }
 
 // put maps key to slot.
 func (ix *keyIndex) put(key uint64, slot selector.Slot) { ix.m.Set(key, slot+1) }

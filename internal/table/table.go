@@ -18,8 +18,10 @@ import (
 	"math"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/reverie-rl/reverie/internal/chunkstore"
+	"github.com/reverie-rl/reverie/internal/prefetch"
 	"github.com/reverie-rl/reverie/internal/ratelimit"
 	"github.com/reverie-rl/reverie/selector"
 )
@@ -94,6 +96,7 @@ type Table struct {
 		closed             bool
 		keys               *keyIndex         // item key -> slot in items
 		touched            uint64            // Prefetch's and drawAheadLocked's reads, kept so they are not dropped
+		victims            []selector.Slot   // Prefetch's scratch
 		ahead              []selector.Choice // drawAheadLocked's buffers
 		aheadChunks        []*chunkstore.Chunk
 		items              slab
@@ -168,18 +171,45 @@ func New(cfg Config) (*Table, error) {
 // Name is the table's name.
 func (t *Table) Name() string { return t.name }
 
-// Prefetch warms the table's key index for the keys of items about to be
-// inserted, one by one, by Insert: in a large table each lookup is a
-// cache miss, and reading the lines for a batch in one loop lets them be
-// fetched in parallel. It changes nothing; keys may be in any table.
+// Prefetch warms the caches for the items with keys about to be inserted,
+// one by one, by Insert: in a large table every index lookup is a cache
+// miss, and fetching the lines of a whole batch first overlaps the misses
+// instead of paying them in turn. It asks for the key index entries of
+// the new keys and, when the remover is FIFO and the batch will evict,
+// for everything the evictions will read: the oldest items' slots, their
+// key index entries, their chunks and the chunk store's index entries of
+// those. It changes nothing; keys may be in any table.
 func (t *Table) Prefetch(keys []uint64) {
-	var sink uint64
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	for _, k := range keys {
-		sink ^= t.mu.keys.touch(k)
+		t.mu.keys.prefetch(k)
 	}
-	t.mu.touched = sink
-	t.mu.Unlock()
+	o, ok := t.mu.remover.(selector.Orderer)
+	evict := int64(t.mu.keys.len()) + int64(len(keys)) - t.maxSize
+	if !ok || evict <= 0 {
+		return
+	}
+	victims := t.mu.victims[:0]
+	o.Oldest(int(min(evict, int64(len(keys)))), func(s selector.Slot) {
+		it := t.mu.items.at(s)
+		prefetch.Line(unsafe.Pointer(&it.Key))
+		prefetch.Line(unsafe.Pointer(&it.Chunks))
+		victims = append(victims, s)
+	})
+	t.mu.victims = victims
+	for _, s := range victims {
+		it := t.mu.items.at(s)
+		t.mu.keys.prefetch(it.Key)
+		for _, c := range it.Chunks {
+			prefetch.Line(unsafe.Pointer(c))
+		}
+	}
+	for _, s := range victims {
+		for _, c := range t.mu.items.at(s).Chunks {
+			c.PrefetchIndex()
+		}
+	}
 }
 
 // CheckPriority reports whether the table's selectors accept priority.

@@ -174,6 +174,24 @@ func TestPrefetchChangesNothing(t *testing.T) {
 		t.Fatalf("sampled %v, want %v", got, want)
 	}
 	f.checkNoChunks()
+
+	// A full FIFO table: Prefetch reads ahead the items the inserts will
+	// evict (more keys than items held), and the same items go.
+	f = newFixture(t, fifo, fifo, 3, 0, ratelimit.MinSize(1))
+	for k := uint64(1); k <= 3; k++ {
+		f.insert(k, 1)
+	}
+	f.table.Prefetch([]uint64{4, 5, 6, 7, 8})
+	f.insert(4, 1)
+	f.insert(5, 1)
+	if n := f.table.Len(); n != 3 {
+		t.Fatalf("len %d after evicting, want 3", n)
+	}
+	s := f.sample(1)
+	if got := keys(s); !equalKeys(got, []uint64{3}) {
+		t.Fatalf("after evicting 2 of 1, 2, 3: the oldest item is %v, want [3]", got)
+	}
+	s[0].Unpin()
 }
 
 // TestDrawAhead checks batches that are drawn ahead (see drawAheadLocked):
