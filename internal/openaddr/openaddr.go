@@ -92,6 +92,18 @@ func (m *Map[V]) Prefetch(key uint64) {
 	prefetch.Line(unsafe.Pointer(&m.entries[m.home(key)]))
 }
 
+// PrefetchDelete is Prefetch for a key about to be deleted: it also asks
+// for the cache line after the entry's, into which deleting shifts the
+// rest of the entry's run.
+func (m *Map[V]) PrefetchDelete(key uint64) {
+	if len(m.entries) == 0 {
+		return
+	}
+	i := m.home(key)
+	prefetch.Line(unsafe.Pointer(&m.entries[i]))
+	prefetch.Line(unsafe.Pointer(&m.entries[(i+64/uint64(unsafe.Sizeof(m.entries[0])))&uint64(len(m.entries)-1)]))
+}
+
 // Hint is a copy of where a map's entries lie, for prefetching lookups
 // without the map: see Map.Hint.
 type Hint struct {

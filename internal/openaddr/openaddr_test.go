@@ -37,6 +37,7 @@ func TestMatchesGoMap(t *testing.T) {
 			}
 			probe := rng.Uint64N(keyRange)
 			m.Prefetch(rng.Uint64N(keyRange)) // changes nothing
+			m.PrefetchDelete(rng.Uint64N(keyRange))
 			got, ok := m.Get(probe)
 			want, wantOK := ref[probe]
 			if got != want || ok != wantOK {
@@ -62,10 +63,12 @@ func TestMatchesGoMap(t *testing.T) {
 func TestPrefetchEmpty(t *testing.T) {
 	var m Map[uint32]
 	m.Prefetch(42)
+	m.PrefetchDelete(42)
 	h := m.Hint()
 	h.Prefetch(42)
 	m.Set(42, 1)
 	m.Prefetch(42)
+	m.PrefetchDelete(42)
 	if v, ok := m.Get(42); !ok || v != 1 || m.Len() != 1 {
 		t.Errorf("after Prefetch: Get(42) = %d, %v, Len %d; want 1, true, 1", v, ok, m.Len())
 	}

@@ -27,6 +27,9 @@ func (ix *keyIndex) get(key uint64) (selector.Slot, bool) {
 // prefetch asks the CPU to fetch where key's lookup starts.
 func (ix *keyIndex) prefetch(key uint64) { ix.m.Prefetch(key) }
 
+// prefetchDelete asks the CPU to fetch what deleting key will read.
+func (ix *keyIndex) prefetchDelete(key uint64) { ix.m.PrefetchDelete(key) }
+
 // put maps key to slot.
 func (ix *keyIndex) put(key uint64, slot selector.Slot) { ix.m.Set(key, slot+1) }
 

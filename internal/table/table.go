@@ -200,7 +200,7 @@ func (t *Table) Prefetch(keys []uint64) {
 	t.mu.victims = victims
 	for _, s := range victims {
 		it := t.mu.items.at(s)
-		t.mu.keys.prefetch(it.Key)
+		t.mu.keys.prefetchDelete(it.Key)
 		for _, c := range it.Chunks {
 			prefetch.Line(unsafe.Pointer(c))
 		}
