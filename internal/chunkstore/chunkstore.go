@@ -43,7 +43,8 @@ type shard struct {
 // set maps key to c and keeps hint current. sh.mu must be held.
 func (sh *shard) set(key uint64, c *Chunk) {
 	sh.m.set(key, c)
-	if h, old := sh.m.m.Hint(), sh.hint.Load(); old == nil || *old != h {
+	if old := sh.hint.Load(); old == nil || *old != sh.m.m.Hint() {
+		h := sh.m.m.Hint() // allocated only when the entries moved
 		sh.hint.Store(&h)
 	}
 }
