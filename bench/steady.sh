@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Steady state with a full table: reverie and Reverb side by side on the
+# section-5 400 B table (uniform sampler, FIFO remover, MinSize(1),
+# max_size 1M), each first filled past capacity, then measured in
+# alternating runs. `make bench`'s runs are 1 s on tables that earlier runs
+# filled; here every measured insert evicts, and the runs are long enough
+# for the Go collector to run inside them.
+#
+#   bench/steady.sh [MODE] [SECONDS] [ROUNDS] [bench flags...]
+#
+#   MODE: insert | sample (default insert); SECONDS per run (default 3);
+#   ROUNDS (default 4), each one run per server, the order alternating.
+#
+# Both servers are driven by `reverie bench` with 8 clients. Prints one
+# line per run: items/s, the server's CPU per item (utime+stime from
+# /proc/PID/stat around the run) and the client's (from /usr/bin/time),
+# and the per-round ratios reverie / Reverb.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+if [[ ${1:-} == __inner ]]; then
+  shift
+  py=$1 mode=$2 secs=$3 rounds=$4 dir=$5
+  shift 5
+  "$py" conformance/reverb_launcher.py "$dir/cfg.yaml" >"$dir/reverb.out" 2>"$dir/reverb.log" &
+  rpid=$!
+  .bin/reverie serve --config "$dir/cfg.yaml" --listen 127.0.0.1:0 2>"$dir/reverie.log" &
+  vpid=$!
+  trap 'kill -TERM $rpid $vpid 2>/dev/null || true' EXIT
+  rport= vport=
+  for _ in $(seq 900); do # up to 180 s (TensorFlow's import)
+    rport=$(sed -n 's/^port=//p' "$dir/reverb.out")
+    vport=$(sed -n 's/.*msg="reverie serving" addr=[^ ]*:\([0-9]*\) .*/\1/p' "$dir/reverie.log" | head -1)
+    [[ -n $rport && -n $vport ]] && break
+    sleep 0.2
+  done
+  if [[ -z $rport || -z $vport ]]; then
+    echo "steady: a server did not start; logs in $dir" >&2
+    cat "$dir/reverie.log" >&2
+    exit 1
+  fi
+  declare -A addr=([reverb]=127.0.0.1:$rport [reverie]=127.0.0.1:$vport)
+  declare -A pid=([reverb]=$rpid [reverie]=$vpid)
+  for s in reverb reverie; do
+    .bin/reverie bench --addr "${addr[$s]}" --table s5_400 --mode insert --payload 400 \
+      --clients 8 --items 1300000 >/dev/null
+  done
+  tick=$(getconf CLK_TCK)
+  for r in $(seq "$rounds"); do
+    order="reverb reverie"
+    ((r % 2 == 0)) && order="reverie reverb"
+    for s in $order; do
+      c0=$(awk '{print $14+$15}' "/proc/${pid[$s]}/stat")
+      /usr/bin/time -f "%U %S" -o "$dir/time" .bin/reverie bench --addr "${addr[$s]}" \
+        --table s5_400 --mode "$mode" --payload 400 --clients 8 --duration "${secs}s" --json "$@" >"$dir/out.json"
+      c1=$(awk '{print $14+$15}' "/proc/${pid[$s]}/stat")
+      python3 - "$dir" "$mode" "$s" "$r" "$((c1 - c0))" "$tick" <<'EOF'
+import json, sys
+d, mode, server, rnd, ticks, tick = sys.argv[1:]
+r = json.load(open(f'{d}/out.json'))[mode]
+user, sys_ = map(float, open(f'{d}/time').read().split()[-2:])
+srv = int(ticks) / int(tick) * 1e6 / r['items']
+cli = (user + sys_) * 1e6 / r['items']
+print(f'round {rnd} {server:7s} {r["items_per_sec"]:9.0f} items/s  server {srv:5.2f} us/item'
+      f'  client {cli:5.2f} us/item  p99 {r["p99_ms"]:.2f} ms', flush=True)
+with open(f'{d}/runs', 'a') as f:
+  f.write(f'{rnd} {server} {r["items_per_sec"]} {srv}\n')
+EOF
+    done
+  done
+  python3 - "$dir/runs" <<'EOF'
+import collections, sys
+runs = collections.defaultdict(dict)
+for line in open(sys.argv[1]):
+  rnd, server, ips, cpu = line.split()
+  runs[rnd][server] = (float(ips), float(cpu))
+for rnd, s in sorted(runs.items()):
+  v, b = s['reverie'], s['reverb']
+  print(f'round {rnd}: reverie/Reverb items/s {v[0] / b[0]:.2f}x, server CPU per item {v[1] / b[1]:.2f}x')
+EOF
+  exit 0
+fi
+
+mode=${1:-insert} secs=${2:-3} rounds=${3:-4}
+shift $(($# < 3 ? $# : 3))
+go build -o .bin/reverie ./cmd/reverie
+py=$(scripts/reverb-env.sh)
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+echo '{"tables": [{"name": "s5_400", "sampler": "uniform", "remover": "fifo", "max_size": 1000000, "rate_limiter": {"min_size": 1}}]}' >"$dir/cfg.yaml"
+if [[ $(id -u) == 0 ]] && unshare -n true 2>/dev/null; then
+  netns=(unshare -n)
+elif unshare -rn true 2>/dev/null; then
+  netns=(unshare -rn)
+else
+  echo "steady: cannot make a private network namespace (unshare -n);" \
+    "refusing to start Reverb's server, which would listen on every interface" >&2
+  exit 1
+fi
+"${netns[@]}" bash scripts/conformance.sh __netns "$py" \
+  bash "$0" __inner "$py" "$mode" "$secs" "$rounds" "$dir" "$@"
