@@ -91,12 +91,29 @@ func ParseMeta(enc []byte) (Meta, error) {
 				if err != nil {
 					return Meta{}, err
 				}
+				if m.Rows == nil && rows >= -1 && rows < int64(len(oneRow))-1 {
+					// Most chunks have one tensor of a few rows: share an
+					// immutable slice rather than allocate one per chunk.
+					// Its capacity is its length, so a second tensor's
+					// append copies it.
+					m.Rows = oneRow[rows+1 : rows+2 : rows+2]
+					continue
+				}
 				m.Rows = append(m.Rows, rows)
 			}
 		}
 	}
 	return m, nil
 }
+
+// oneRow[i+1:i+2] is the Rows of a chunk of one tensor of i rows; shared,
+// never written.
+var oneRow = func() (a [257]int64) {
+	for i := range a {
+		a[i] = int64(i) - 1
+	}
+	return a
+}()
 
 // tensorRows reads the leading dimension of an encoded TensorProto: the
 // size of the first dim across all occurrences of tensor_shape, or -1.
@@ -139,16 +156,28 @@ func tensorRows(enc []byte) (int64, error) {
 // nextField reads the first field of b: its number and type, its value
 // (v for a length-delimited field, x for a varint) and what follows it.
 func nextField(b []byte) (num protowire.Number, typ protowire.Type, v []byte, x uint64, rest []byte, err error) {
-	num, typ, n := protowire.ConsumeTag(b)
-	if n < 0 {
+	// One-byte tags, varints and lengths, as most are, are read here as
+	// protowire would read them, without its calls.
+	var n int
+	if len(b) > 0 && b[0] >= 1<<3 && b[0] < 0x80 {
+		num, typ, n = protowire.Number(b[0]>>3), protowire.Type(b[0]&7), 1
+	} else if num, typ, n = protowire.ConsumeTag(b); n < 0 {
 		return 0, 0, nil, 0, nil, fmt.Errorf("%w: %v", errMeta, protowire.ParseError(n))
 	}
 	b = b[n:]
 	switch typ {
 	case protowire.VarintType:
-		x, n = protowire.ConsumeVarint(b)
+		if len(b) > 0 && b[0] < 0x80 {
+			x, n = uint64(b[0]), 1
+		} else {
+			x, n = protowire.ConsumeVarint(b)
+		}
 	case protowire.BytesType:
-		v, n = protowire.ConsumeBytes(b)
+		if len(b) > 0 && b[0] < 0x80 && 1+int(b[0]) <= len(b) {
+			v, n = b[1:1+int(b[0])], 1+int(b[0])
+		} else {
+			v, n = protowire.ConsumeBytes(b)
+		}
 	default:
 		n = protowire.ConsumeFieldValue(num, typ, b)
 	}

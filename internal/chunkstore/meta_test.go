@@ -108,3 +108,34 @@ func BenchmarkParseMeta(b *testing.B) {
 		}
 	}
 }
+
+// TestParseMetaSharedRows checks that the rows of one-tensor chunks, which
+// share storage, are right, and that a second tensor does not write into
+// that storage.
+func TestParseMetaSharedRows(t *testing.T) {
+	for _, tc := range []struct {
+		tensors []*tensorflowpb.TensorProto
+		want    []int64
+	}{
+		{[]*tensorflowpb.TensorProto{shapedTensor(3, 16)}, []int64{3}},
+		{[]*tensorflowpb.TensorProto{shapedTensor()}, []int64{-1}},
+		{[]*tensorflowpb.TensorProto{shapedTensor(255)}, []int64{255}},
+		{[]*tensorflowpb.TensorProto{shapedTensor(256)}, []int64{256}},
+		{[]*tensorflowpb.TensorProto{shapedTensor(3), shapedTensor(7)}, []int64{3, 7}},
+		{[]*tensorflowpb.TensorProto{shapedTensor(3), shapedTensor(9), shapedTensor(1)}, []int64{3, 9, 1}},
+	} {
+		b := mustMarshal(t, &reverbpb.ChunkData{Data: &reverbpb.ChunkData_Data{Tensors: tc.tensors}})
+		m, err := ParseMeta(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(m.Rows, tc.want) {
+			t.Fatalf("Rows = %v, want %v", m.Rows, tc.want)
+		}
+	}
+	for i, r := range oneRow {
+		if r != int64(i)-1 {
+			t.Fatalf("the shared rows were written: oneRow[%d] = %d", i, r)
+		}
+	}
+}

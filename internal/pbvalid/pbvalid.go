@@ -159,7 +159,16 @@ func (v *Validator) check(b []byte, depth int) error {
 		return &Error{Err: errDepth}
 	}
 	for off := 0; off < len(b); {
-		num, typ, n := protowire.ConsumeTag(b[off:])
+		var num protowire.Number
+		var typ protowire.Type
+		var n int
+		if c := b[off]; c >= 1<<3 && c < 0x80 {
+			// A one-byte tag (fields 1-15), as most are: what ConsumeTag
+			// returns, without the call.
+			num, typ, n = protowire.Number(c>>3), protowire.Type(c&7), 1
+		} else {
+			num, typ, n = protowire.ConsumeTag(b[off:])
+		}
 		if n < 0 {
 			return &Error{Err: fmt.Errorf("tag at byte %d: %w", off, protowire.ParseError(n))}
 		}
@@ -185,8 +194,12 @@ func (v *Validator) check(b []byte, depth int) error {
 			off += n
 			continue
 		}
-		val, n := protowire.ConsumeBytes(b[off:])
-		if n < 0 {
+		var val []byte
+		if off < len(b) && b[off] < 0x80 && off+1+int(b[off]) <= len(b) {
+			// A one-byte length, as ConsumeBytes would read it.
+			c := int(b[off])
+			val, n = b[off+1:off+1+c], 1+c
+		} else if val, n = protowire.ConsumeBytes(b[off:]); n < 0 {
 			return &Error{Path: f.name, Err: protowire.ParseError(n)}
 		}
 		off += n
