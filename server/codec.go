@@ -10,6 +10,7 @@ import (
 	"github.com/reverie-rl/reverie/internal/bufpool"
 	"github.com/reverie-rl/reverie/internal/chunkstore"
 	"github.com/reverie-rl/reverie/internal/pbvalid"
+	"github.com/reverie-rl/reverie/internal/pbwire"
 	"google.golang.org/grpc/encoding"
 	protocodec "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
@@ -243,7 +244,10 @@ func (m *insertRequest) decodeBytesField(num protowire.Number, r *sliceReader, n
 func (m *insertRequest) decodeItem(b []byte) wireItem {
 	var it wireItem
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
+		num, typ, n, ok := pbwire.Tag(b)
+		if !ok {
+			num, typ, n = protowire.ConsumeTag(b)
+		}
 		b = b[n:]
 		switch {
 		case num == itemKeyField && typ == protowire.VarintType:
@@ -258,7 +262,9 @@ func (m *insertRequest) decodeItem(b []byte) wireItem {
 			it.priority = math.Float64frombits(v)
 		case num == itemTrajectoryField && typ == protowire.BytesType:
 			var v []byte
-			v, n = protowire.ConsumeBytes(b)
+			if v, n, ok = pbwire.Bytes(b); !ok {
+				v, n = protowire.ConsumeBytes(b)
+			}
 			it.traj = append(it.traj, v...)
 		default:
 			n = protowire.ConsumeFieldValue(num, typ, b)

@@ -3,6 +3,7 @@ package server
 import (
 	"iter"
 
+	"github.com/reverie-rl/reverie/internal/pbwire"
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
@@ -36,15 +37,19 @@ type trajSlice struct {
 // is false when there is none.
 func nextMessage(b []byte, num protowire.Number) (val, rest []byte, ok bool) {
 	for len(b) > 0 {
-		n, typ, k := protowire.ConsumeTag(b)
-		if k < 0 {
-			return nil, nil, false
+		n, typ, k, ok := pbwire.Tag(b)
+		if !ok {
+			if n, typ, k = protowire.ConsumeTag(b); k < 0 {
+				return nil, nil, false
+			}
 		}
 		b = b[k:]
 		if n == num && typ == protowire.BytesType {
-			v, k := protowire.ConsumeBytes(b)
-			if k < 0 {
-				return nil, nil, false
+			v, k, ok := pbwire.Bytes(b)
+			if !ok {
+				if v, k = protowire.ConsumeBytes(b); k < 0 {
+					return nil, nil, false
+				}
 			}
 			return v, b[k:], true
 		}
@@ -61,9 +66,11 @@ func nextMessage(b []byte, num protowire.Number) (val, rest []byte, ok bool) {
 // number of chunk slices.
 func columnSqueeze(col []byte) (squeeze bool, slices int) {
 	for len(col) > 0 {
-		n, typ, k := protowire.ConsumeTag(col)
-		if k < 0 {
-			break
+		n, typ, k, ok := pbwire.Tag(col)
+		if !ok {
+			if n, typ, k = protowire.ConsumeTag(col); k < 0 {
+				break
+			}
 		}
 		col = col[k:]
 		switch {
@@ -91,15 +98,19 @@ func columnSqueeze(col []byte) (squeeze bool, slices int) {
 func parseSlice(b []byte) trajSlice {
 	var s trajSlice
 	for len(b) > 0 {
-		n, typ, k := protowire.ConsumeTag(b)
-		if k < 0 {
-			break
+		n, typ, k, ok := pbwire.Tag(b)
+		if !ok {
+			if n, typ, k = protowire.ConsumeTag(b); k < 0 {
+				break
+			}
 		}
 		b = b[k:]
 		if typ == protowire.VarintType && n >= sliceChunkKeyField && n <= sliceIndexField {
-			v, k := protowire.ConsumeVarint(b)
-			if k < 0 {
-				break
+			v, k, ok := pbwire.Varint(b)
+			if !ok {
+				if v, k = protowire.ConsumeVarint(b); k < 0 {
+					break
+				}
 			}
 			b = b[k:]
 			switch n {

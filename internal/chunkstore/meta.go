@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/reverie-rl/reverie/api/reverbpb"
+	"github.com/reverie-rl/reverie/internal/pbwire"
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
@@ -156,26 +157,20 @@ func tensorRows(enc []byte) (int64, error) {
 // nextField reads the first field of b: its number and type, its value
 // (v for a length-delimited field, x for a varint) and what follows it.
 func nextField(b []byte) (num protowire.Number, typ protowire.Type, v []byte, x uint64, rest []byte, err error) {
-	// One-byte tags, varints and lengths, as most are, are read here as
-	// protowire would read them, without its calls.
-	var n int
-	if len(b) > 0 && b[0] >= 1<<3 && b[0] < 0x80 {
-		num, typ, n = protowire.Number(b[0]>>3), protowire.Type(b[0]&7), 1
-	} else if num, typ, n = protowire.ConsumeTag(b); n < 0 {
-		return 0, 0, nil, 0, nil, fmt.Errorf("%w: %v", errMeta, protowire.ParseError(n))
+	num, typ, n, ok := pbwire.Tag(b)
+	if !ok {
+		if num, typ, n = protowire.ConsumeTag(b); n < 0 {
+			return 0, 0, nil, 0, nil, fmt.Errorf("%w: %v", errMeta, protowire.ParseError(n))
+		}
 	}
 	b = b[n:]
 	switch typ {
 	case protowire.VarintType:
-		if len(b) > 0 && b[0] < 0x80 {
-			x, n = uint64(b[0]), 1
-		} else {
+		if x, n, ok = pbwire.Varint(b); !ok {
 			x, n = protowire.ConsumeVarint(b)
 		}
 	case protowire.BytesType:
-		if len(b) > 0 && b[0] < 0x80 && 1+int(b[0]) <= len(b) {
-			v, n = b[1:1+int(b[0])], 1+int(b[0])
-		} else {
+		if v, n, ok = pbwire.Bytes(b); !ok {
 			v, n = protowire.ConsumeBytes(b)
 		}
 	default:

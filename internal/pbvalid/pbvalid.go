@@ -187,7 +187,11 @@ func (v *Validator) check(b []byte, depth int) error {
 		}
 		if typ != protowire.BytesType {
 			// A scalar in its own wire type: any value decodes.
-			n = protowire.ConsumeFieldValue(num, typ, b[off:])
+			if typ == protowire.VarintType && off < len(b) && b[off] < 0x80 {
+				n = 1 // a one-byte varint, as ConsumeFieldValue would read it
+			} else {
+				n = protowire.ConsumeFieldValue(num, typ, b[off:])
+			}
 			if n < 0 {
 				return &Error{Path: f.name, Err: protowire.ParseError(n)}
 			}
