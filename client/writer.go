@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"slices"
-	"sort"
+	"strings"
 	"sync"
 	"unicode/utf8"
 
@@ -240,13 +240,15 @@ func (w *TrajectoryWriter) Append(ctx context.Context, step map[string]Tensor) e
 	if len(step) == 0 {
 		return fmt.Errorf("%w: Append: empty step", ErrInvalidArgument)
 	}
-	var nameBuf [8]string
-	names := nameBuf[:0]
-	for name := range step {
-		names = append(names, name)
+	// The step's columns, sorted by name; each entry's column is looked
+	// up once, below.
+	var buf [8]stepColumn
+	cols := buf[:0]
+	for name, t := range step {
+		cols = append(cols, stepColumn{name: name, t: t})
 	}
-	if len(names) > 1 {
-		sort.Strings(names)
+	if len(cols) > 1 {
+		slices.SortFunc(cols, func(a, b stepColumn) int { return strings.Compare(a.name, b.name) })
 	}
 
 	w.mu.Lock()
@@ -257,18 +259,20 @@ func (w *TrajectoryWriter) Append(ctx context.Context, step map[string]Tensor) e
 	if w.episodeStep == math.MaxInt32 {
 		return fmt.Errorf("%w: Append: episode has %d steps, the most a sequence range can number", ErrInvalidArgument, w.episodeStep)
 	}
-	for _, name := range names {
-		t := step[name]
+	for i := range cols {
+		name, t := cols[i].name, &cols[i].t
 		if name == "" {
 			return fmt.Errorf("%w: Append: empty column name", ErrInvalidArgument)
 		}
 		if err := t.Validate(); err != nil {
 			return fmt.Errorf("%w: Append: column %q: %v", ErrInvalidArgument, name, err)
 		}
-		if col := w.columns[name]; col != nil && (t.DType != col.dtype || !slices.Equal(t.Shape, col.shape)) {
+		col := w.columns[name]
+		if col != nil && (t.DType != col.dtype || !slices.Equal(t.Shape, col.shape)) {
 			return fmt.Errorf("%w: Append: column %q holds %v%v steps, got %v%v",
 				ErrInvalidArgument, name, col.dtype, col.shape, t.DType, t.Shape)
 		}
+		cols[i].col = col
 	}
 
 	// Move the history window by one step: every column gets a gap, which
@@ -289,9 +293,8 @@ func (w *TrajectoryWriter) Append(ctx context.Context, step map[string]Tensor) e
 		col.pushHist()
 	}
 
-	for _, name := range names {
-		t := step[name]
-		col := w.columns[name]
+	for i := range cols {
+		name, t, col := cols[i].name, cols[i].t, cols[i].col
 		if col == nil {
 			col = &writerColumn{w: w, name: name, dtype: t.DType, shape: cloneShape(t.Shape), hist: make([]*writerCell, w.histLen)}
 			w.columns[name] = col
@@ -303,6 +306,13 @@ func (w *TrajectoryWriter) Append(ctx context.Context, step map[string]Tensor) e
 	}
 	w.episodeStep++
 	return nil
+}
+
+// stepColumn is one column of a step given to Append.
+type stepColumn struct {
+	name string
+	t    Tensor
+	col  *writerColumn // the writer's column, nil if new
 }
 
 // pushHist adds an empty entry at the end of the column's history. The
