@@ -206,11 +206,11 @@ func (c *Chunk) Touch() uint64 {
 	return v
 }
 
-// Key is the client-chosen chunk key.
 // PrefetchIndex asks the CPU to start fetching the store's index entry of
 // the chunk, which its release will read (see Store.Prefetch).
 func (c *Chunk) PrefetchIndex() { c.store.Prefetch(c.key) }
 
+// Key is the client-chosen chunk key.
 func (c *Chunk) Key() uint64 { return c.key }
 
 // Encoded returns the chunk's ChunkData encoding, as received. Callers must
