@@ -7,6 +7,7 @@ import (
 	"slices"
 	"unicode/utf8"
 
+	"github.com/reverie-rl/reverie/internal/pbwire"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -195,9 +196,8 @@ func inMessage(msg string, err error) error {
 // field number in [1, 2^29-1]; an end-group tag outside a group is an
 // error.
 func consumeTag(b []byte) (protowire.Number, protowire.Type, []byte, error) {
-	if len(b) > 0 && b[0] >= 1<<3 && b[0] < 0x80 && b[0]&7 != byte(protowire.EndGroupType) {
-		// A one-byte tag of field 1-15, as most are, without the calls.
-		return protowire.Number(b[0] >> 3), protowire.Type(b[0] & 7), b[1:], nil
+	if num, typ, n, ok := pbwire.Tag(b); ok && typ != protowire.EndGroupType {
+		return num, typ, b[n:], nil
 	}
 	v, n := protowire.ConsumeVarint(b)
 	if n < 0 {
@@ -224,8 +224,8 @@ func skipField(b []byte, num protowire.Number, typ protowire.Type) ([]byte, erro
 }
 
 func consumeVarint(b []byte, field string) (uint64, []byte, error) {
-	if len(b) > 0 && b[0] < 0x80 {
-		return uint64(b[0]), b[1:], nil
+	if v, n, ok := pbwire.Varint(b); ok {
+		return v, b[n:], nil
 	}
 	v, n := protowire.ConsumeVarint(b)
 	if n < 0 {
@@ -243,9 +243,8 @@ func consumeFixed64(b []byte, field string) (uint64, []byte, error) {
 }
 
 func consumeBytes(b []byte, field string) ([]byte, []byte, error) {
-	if len(b) > 0 && b[0] < 0x80 && 1+int(b[0]) <= len(b) {
-		n := 1 + int(b[0])
-		return b[1:n], b[n:], nil
+	if v, n, ok := pbwire.Bytes(b); ok {
+		return v, b[n:], nil
 	}
 	v, n := protowire.ConsumeBytes(b)
 	if n < 0 {

@@ -95,7 +95,7 @@ type Table struct {
 		sync.Mutex
 		closed             bool
 		keys               *keyIndex         // item key -> slot in items
-		touched            uint64            // Prefetch's and drawAheadLocked's reads, kept so they are not dropped
+		touched            uint64            // drawAheadLocked's reads, kept so they are not dropped
 		victims            []selector.Slot   // Prefetch's scratch
 		ahead              []selector.Choice // drawAheadLocked's buffers
 		aheadChunks        []*chunkstore.Chunk
