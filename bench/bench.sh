@@ -57,11 +57,8 @@ if [[ ! -x $venv/bin/python || "$(cat "$venv/.requirements.sha256" 2>/dev/null)"
 fi
 echo "bench: set up in $(($(date +%s) - t0))s" >&2
 
-if [[ $(id -u) == 0 ]] && unshare -n true 2>/dev/null; then
-  netns=(unshare -n)
-elif unshare -rn true 2>/dev/null; then
-  netns=(unshare -rn)
-else
+source scripts/netns.sh
+if ! private_netns; then
   echo "bench: cannot make a private network namespace (unshare -n);" \
     "refusing to start Reverb's server, which would listen on every interface" >&2
   exit 1

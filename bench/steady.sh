@@ -89,11 +89,8 @@ py=$(scripts/reverb-env.sh)
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 echo '{"tables": [{"name": "s5_400", "sampler": "uniform", "remover": "fifo", "max_size": 1000000, "rate_limiter": {"min_size": 1}}]}' >"$dir/cfg.yaml"
-if [[ $(id -u) == 0 ]] && unshare -n true 2>/dev/null; then
-  netns=(unshare -n)
-elif unshare -rn true 2>/dev/null; then
-  netns=(unshare -rn)
-else
+source scripts/netns.sh
+if ! private_netns; then
   echo "steady: cannot make a private network namespace (unshare -n);" \
     "refusing to start Reverb's server, which would listen on every interface" >&2
   exit 1

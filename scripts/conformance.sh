@@ -135,12 +135,8 @@ if [[ -n $py ]]; then
 fi
 echo "conformance: built ($(now)s)"
 
-netns=()
-if [[ $(id -u) == 0 ]] && unshare -n true 2>/dev/null; then
-  netns=(unshare -n)
-elif unshare -rn true 2>/dev/null; then
-  netns=(unshare -rn)
-else
+source scripts/netns.sh
+if ! private_netns; then
   echo "conformance: WARNING: no private network namespace (unshare -n failed);" \
     "Reverb's server will listen on every interface during legs (b) and (d)" >&2
 fi
