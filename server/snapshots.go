@@ -44,7 +44,9 @@ type SnapshotConfig struct {
 	// means none: only Checkpoint calls upload.
 	Interval time.Duration
 	// Keep is how many complete snapshots stay in the bucket; older ones
-	// are removed after each upload. Zero means DefaultSnapshotKeep.
+	// are removed with each upload, before it is marked complete when Keep
+	// is 2 or more, so that the bucket never holds more than Keep. Zero
+	// means DefaultSnapshotKeep.
 	Keep int
 	// Timeout bounds one upload, or the listing and download at start.
 	// Zero means DefaultSnapshotTimeout.
@@ -114,7 +116,7 @@ func (s *Server) uploadSnapshot(ctx context.Context, dir string) error {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Snapshots.timeout())
 	defer cancel()
-	snap, err := s.remote.Upload(ctx, dir)
+	snap, removed, pruneErr, err := s.remote.UploadKeep(ctx, dir, s.cfg.Snapshots.keep())
 	if err != nil {
 		if s.bgCtx.Err() != nil {
 			return fmt.Errorf("snapshot upload abandoned: %w", errShuttingDown)
@@ -123,9 +125,8 @@ func (s *Server) uploadSnapshot(ctx context.Context, dir string) error {
 	}
 	s.log.Info("snapshot uploaded", "bucket", s.remote.String(), "snapshot", snap.Name,
 		"bytes", snap.Size, "duration", time.Since(start).String())
-	removed, err := s.remote.Prune(ctx, s.cfg.Snapshots.keep())
-	if err != nil {
-		s.log.Warn("snapshot uploaded, but older snapshots could not all be removed", "bucket", s.remote.String(), "err", err)
+	if pruneErr != nil {
+		s.log.Warn("snapshot uploaded, but older snapshots could not all be removed", "bucket", s.remote.String(), "err", pruneErr)
 	} else if len(removed) > 0 {
 		s.log.Info("old snapshots removed", "bucket", s.remote.String(), "snapshots", removed)
 	}

@@ -196,6 +196,38 @@ func (b *Bucket) Latest(ctx context.Context) (Snapshot, bool, error) {
 // the upload fails, the partial upload is abandoned and no DONE is
 // written.
 func (b *Bucket) Upload(ctx context.Context, dir string) (Snapshot, error) {
+	return b.upload(ctx, dir, nil)
+}
+
+// UploadKeep is Upload followed by Prune(keep), ordered so that the bucket
+// never holds more than keep complete snapshots: with keep of 2 or more,
+// older snapshots are pruned down to keep-1 after the file is stored and
+// checked, and before DONE is written; with keep 1 (one complete snapshot
+// must always remain), after DONE, as Prune alone. A prune failure does
+// not fail the upload: it is returned as pruneErr, with the names removed
+// before it.
+func (b *Bucket) UploadKeep(ctx context.Context, dir string, keep int) (snap Snapshot, removed []string, pruneErr, err error) {
+	pruned := false
+	if keep >= 2 {
+		snap, err = b.upload(ctx, dir, func() {
+			pruned = true
+			removed, pruneErr = b.Prune(ctx, keep-1)
+		})
+	} else {
+		snap, err = b.upload(ctx, dir, nil)
+	}
+	if err != nil {
+		return snap, removed, pruneErr, err
+	}
+	if !pruned { // already complete, or keep 1
+		removed, pruneErr = b.Prune(ctx, keep)
+	}
+	return snap, removed, pruneErr, nil
+}
+
+// upload is Upload, calling beforeDone (if not nil) once the file is stored
+// and checked, just before DONE is written.
+func (b *Bucket) upload(ctx context.Context, dir string, beforeDone func()) (Snapshot, error) {
 	name := filepath.Base(dir)
 	t, ok := checkpoint.ParseDirName(name)
 	if !ok {
@@ -233,6 +265,9 @@ func (b *Bucket) Upload(ctx context.Context, dir string) (Snapshot, error) {
 	}
 	if attrs.Size != st.Size() {
 		return Snapshot{}, b.errorf(fmt.Errorf("%d bytes stored, %d sent", attrs.Size, st.Size()), "check", key)
+	}
+	if beforeDone != nil {
+		beforeDone()
 	}
 	// DONE last: until it exists, readers ignore the snapshot.
 	if err := b.b.WriteAll(ctx, doneKey(name), nil, &blob.WriterOptions{ContentType: contentType}); err != nil {

@@ -108,6 +108,7 @@ var suite = []struct {
 	{"IncompleteAndCorrupt", testIncompleteAndCorrupt},
 	{"UploadCancelled", testUploadCancelled},
 	{"Prune", testPrune},
+	{"UploadKeep", testUploadKeep},
 }
 
 // TestFile runs the suite against file:// buckets in fresh directories.
@@ -308,5 +309,59 @@ func TestOpenNamesURL(t *testing.T) {
 	_, err := Open(ctxT(t), "file:///nonexistent-dir-for-reverie-test")
 	if !errors.Is(err, ErrBadURL) || !strings.Contains(err.Error(), "nonexistent-dir-for-reverie-test") {
 		t.Fatalf("Open of a missing directory: %v", err)
+	}
+}
+
+// testUploadKeep checks that UploadKeep leaves the newest keep complete
+// snapshots after every upload, with keep 2 (pruned before DONE) and keep
+// 1 (pruned after), and that uploading a complete snapshot again prunes.
+// TestScheduledSnapshots in package server checks that a listing during
+// uploads never shows more than keep.
+func testUploadKeep(t *testing.T, b *Bucket) {
+	ctx := ctxT(t)
+	local := t.TempDir()
+	complete := func() []string {
+		snaps, err := b.List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, s := range snaps {
+			if s.Complete {
+				names = append(names, s.Name)
+			}
+		}
+		return names
+	}
+	var names []string
+	for i := range 5 {
+		keep := 2
+		if i == 4 {
+			keep = 1
+		}
+		dir := writeCheckpoint(t, local, t0.Add(time.Duration(i)*time.Minute), 1, 10)
+		names = append(names, filepath.Base(dir))
+		snap, removed, pruneErr, err := b.UploadKeep(ctx, dir, keep)
+		if err != nil || pruneErr != nil {
+			t.Fatalf("upload %d: %v, prune: %v", i, err, pruneErr)
+		}
+		if snap.Name != names[i] || !snap.Complete {
+			t.Fatalf("upload %d returned %+v", i, snap)
+		}
+		want := names[max(0, len(names)-keep):]
+		if got := complete(); strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Fatalf("upload %d (keep %d, removed %v): bucket holds %v, want %v", i, keep, removed, got, want)
+		}
+	}
+	// Already complete: nothing is uploaded, and the prune still runs.
+	dir := writeCheckpoint(t, local, t0.Add(10*time.Minute), 1, 10)
+	if _, _, _, err := b.UploadKeep(ctx, dir, 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := b.UploadKeep(ctx, dir, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := complete(); len(got) != 1 || got[0] != filepath.Base(dir) {
+		t.Fatalf("after uploading a complete snapshot again with keep 1: %v", got)
 	}
 }
