@@ -288,6 +288,10 @@ func (c *Chunk) Pin() {
 	}
 }
 
+// NeedsPin reports whether Pin does anything: false in memory mode, where
+// a holder of the pointer keeps the data reachable without a pin.
+func (c *Chunk) NeedsPin() bool { return c.store.tier != nil }
+
 // Unpin undoes Pin.
 func (c *Chunk) Unpin() {
 	if c.store.tier != nil {

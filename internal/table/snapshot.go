@@ -155,8 +155,13 @@ func (s *Snapshot) Capture() {
 func (s *Snapshot) Len() int { return int(s.Info.Size) }
 
 // Items yields the snapshot's items in Seq order (insertion order). It must
-// follow Capture. The items are the snapshot's own: callers must not modify
-// them or keep them past Release.
+// follow Capture, and can be iterated once. The items are the snapshot's
+// own: callers must not modify them or keep them past the yield. Once an
+// item is yielded, the snapshot forgets it, so that the trajectories and
+// chunks of items the table has deleted since the snapshot can be freed
+// as a checkpoint passes them rather than at Release: under load, a
+// checkpoint then holds the data of the items evicted ahead of it, not
+// of every item evicted while it runs.
 func (s *Snapshot) Items() iter.Seq[*Item] {
 	type entry struct {
 		seq  uint64
@@ -186,10 +191,12 @@ func (s *Snapshot) Items() iter.Seq[*Item] {
 			}
 			return 0
 		})
-		for _, e := range idx {
+		for i, e := range idx {
 			if !yield(e.item) {
 				return
 			}
+			*e.item = Item{}
+			idx[i].item = nil
 		}
 	}
 }

@@ -12,7 +12,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"weak"
 
+	"github.com/reverie-rl/reverie/internal/chunkstore"
 	"github.com/reverie-rl/reverie/internal/ratelimit"
 	"github.com/reverie-rl/reverie/selector"
 )
@@ -179,6 +181,56 @@ func TestBeginSnapshotsErrors(t *testing.T) {
 	b.table.Close()
 	if _, err := BeginSnapshots(b.table); !errors.Is(err, ErrClosed) {
 		t.Fatalf("closed table: %v, want ErrClosed", err)
+	}
+}
+
+// TestSnapshotForgetsYieldedItems: the chunks of items that the table
+// evicted after the snapshot stay reachable until Items has yielded them,
+// and not after, without waiting for Release.
+func TestSnapshotForgetsYieldedItems(t *testing.T) {
+	const n = 8
+	f := newFixture(t, fifo, fifo, n, 0, ratelimit.MinSize(1))
+	for k := uint64(1); k <= n; k++ {
+		f.insert(k, 1)
+	}
+	chunks := make(map[uint64]weak.Pointer[chunkstore.Chunk], n)
+	f.table.mu.Lock()
+	for key, it := range f.table.referenceLocked().items {
+		chunks[key] = weak.Make(it.Chunks[0])
+	}
+	f.table.mu.Unlock()
+	snaps, err := BeginSnapshots(f.table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sn := snaps[0]
+	defer sn.Release()
+	sn.Capture()
+	for k := uint64(n + 1); k <= 2*n; k++ {
+		f.insert(k, 1) // evicts key k-n
+	}
+	alive := func(key uint64) bool { return chunks[key].Value() != nil }
+	var got uint64
+	for it := range sn.Items() {
+		got++
+		if it.Key != got {
+			t.Fatalf("item %d has key %d", got, it.Key)
+		}
+		runtime.GC()
+		for key := uint64(1); key <= n; key++ {
+			if want := key >= got; alive(key) != want {
+				t.Fatalf("while item %d is yielded: chunk of evicted item %d reachable=%v, want %v", got, key, !want, want)
+			}
+		}
+	}
+	if got != n {
+		t.Fatalf("yielded %d items, want %d", got, n)
+	}
+	runtime.GC()
+	for key := uint64(1); key <= n; key++ {
+		if alive(key) {
+			t.Fatalf("after Items, before Release: chunk of evicted item %d still reachable", key)
+		}
 	}
 }
 

@@ -430,14 +430,18 @@ func (t *Table) sampleLocked(out []Sampled, n int, rateLimited bool) []Sampled {
 }
 
 // dropChunksLocked drops an item's references to its chunks. While a
-// snapshot is live it may still show the item, so the chunks stay pinned
-// until the last live snapshot is released.
+// snapshot is live it may still show the item, so chunks that need a pin
+// (those of a tiered store) stay pinned until the last live snapshot is
+// released. Chunks in memory need none: the snapshot's copy of the item
+// keeps them reachable until the snapshot has yielded it.
 func (t *Table) dropChunksLocked(cs []*chunkstore.Chunk) {
 	if t.mu.liveSnapshots > 0 {
 		for _, c := range cs {
-			c.Pin()
+			if c.NeedsPin() {
+				c.Pin()
+				t.mu.pinned = append(t.mu.pinned, c)
+			}
 		}
-		t.mu.pinned = append(t.mu.pinned, cs...)
 	}
 	for _, c := range cs {
 		c.Unref()
