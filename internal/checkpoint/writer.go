@@ -72,7 +72,7 @@ func Create(root string, now time.Time) (*Writer, error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
-	w.bw = bufio.NewWriterSize(w.f, writeBufferSize)
+	w.bw = bufio.NewWriterSize(&streamFile{f: w.f}, writeBufferSize)
 	var hdr [headerSize]byte
 	copy(hdr[:], magic[:])
 	binary.LittleEndian.PutUint32(hdr[len(magic):], Version)
