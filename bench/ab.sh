@@ -14,6 +14,9 @@
 # runs first insert $PREFILL items (default 20,000) with 4 clients.
 # Server CPU is read from /proc/PID/stat around the measured run only.
 # Prints one line per run and, per round, items/s and CPU per item as B/A.
+# In the serve flags, @DIR@ stands for a fresh empty directory per run
+# (for example --checkpoint-dir @DIR@ --wal-fsync never), so that no run
+# restores what the one before it wrote.
 set -euo pipefail
 old=$1 new=$2 mode=$3 payload=$4 rounds=${5:-3} secs=${6:-10}
 shift $(( $# < 6 ? $# : 6 ))
@@ -25,9 +28,10 @@ tick=$(getconf CLK_TCK)
 
 # run BINARY: prints "items_per_sec cpu_us_per_item"
 run() {
-  local bin=$1 port pid; shift
+  local bin=$1 port pid run_dir; shift
   port=$(( 20000 + RANDOM % 20000 ))
-  "$bin" serve --config "$dir/cfg.yaml" --listen "localhost:$port" "$@" >"$dir/serve.log" 2>&1 &
+  run_dir=$(mktemp -d "$dir/run.XXXX")
+  "$bin" serve --config "$dir/cfg.yaml" --listen "localhost:$port" "${@//@DIR@/$run_dir}" >"$dir/serve.log" 2>&1 &
   pid=$!
   [[ $mode == sample ]] && "$new" bench --addr "localhost:$port" --table t --mode insert --payload "$payload" --clients 4 --items "${PREFILL:-20000}" >/dev/null
   local c0 c1
@@ -35,6 +39,7 @@ run() {
   "$new" bench --addr "localhost:$port" --table t --mode "$mode" --payload "$payload" --clients 8 --duration "${secs}s" --json ${BENCH_FLAGS:-} >"$dir/out.json"
   c1=$(awk '{print $14+$15}' "/proc/$pid/stat")
   kill -TERM "$pid"; wait "$pid" || true
+  rm -rf "$run_dir"
   python3 - "$dir/out.json" "$mode" "$(( c1 - c0 ))" "$tick" <<'EOF'
 import json, sys
 r = json.load(open(sys.argv[1]))[sys.argv[2]]

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/reverie-rl/reverie/api/reverbpb"
+	"github.com/reverie-rl/reverie/internal/writeback"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -72,7 +73,7 @@ func Create(root string, now time.Time) (*Writer, error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
-	w.bw = bufio.NewWriterSize(&streamFile{f: w.f}, writeBufferSize)
+	w.bw = bufio.NewWriterSize(writeback.New(w.f), writeBufferSize)
 	var hdr [headerSize]byte
 	copy(hdr[:], magic[:])
 	binary.LittleEndian.PutUint32(hdr[len(magic):], Version)

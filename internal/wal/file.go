@@ -15,6 +15,7 @@ import (
 
 	"github.com/reverie-rl/reverie/api/reverbpb"
 	"github.com/reverie-rl/reverie/internal/pbvalid"
+	"github.com/reverie-rl/reverie/internal/writeback"
 )
 
 // Version is the segment format version this package writes and reads.
@@ -45,6 +46,7 @@ func segmentName(first uint64) string { return fmt.Sprintf("%020d%s", first, seg
 
 type segment struct {
 	f     *os.File
+	w     *writeback.File // writes f without keeping it in the page cache
 	path  string
 	first uint64
 	size  int64
@@ -64,7 +66,7 @@ func createSegment(dir string, first uint64) (*segment, error) {
 	copy(hdr[:], magic[:])
 	binary.LittleEndian.PutUint32(hdr[len(magic):], Version)
 	binary.LittleEndian.PutUint64(hdr[len(magic)+4:], first)
-	s := &segment{f: f, path: path, first: first}
+	s := &segment{f: f, w: writeback.New(f), path: path, first: first}
 	if err := s.write(hdr[:]); err != nil {
 		f.Close()
 		return nil, err
@@ -83,7 +85,7 @@ func createSegment(dir string, first uint64) (*segment, error) {
 }
 
 func (s *segment) write(b []byte) error {
-	n, err := s.f.Write(b)
+	n, err := s.w.Write(b)
 	s.size += int64(n)
 	s.dirty = true
 	if err != nil {

@@ -1,4 +1,4 @@
-package checkpoint
+package writeback
 
 import (
 	"bytes"
@@ -60,11 +60,11 @@ func diskDir(t *testing.T) string {
 	return dir
 }
 
-// TestStreamFileDropsWrittenWindows: a file written through streamFile
+// TestFileDropsWrittenWindows: a file written through File
 // keeps at most the last windows in the page cache, where a plain write
 // of the same bytes keeps them all; and its content is what was written.
-func TestStreamFileDropsWrittenWindows(t *testing.T) {
-	const size = 12 * writebackWindow
+func TestFileDropsWrittenWindows(t *testing.T) {
+	const size = 12 * Window
 	dir := diskDir(t)
 	data := make([]byte, size)
 	for i := range data {
@@ -78,7 +78,7 @@ func TestStreamFileDropsWrittenWindows(t *testing.T) {
 		}
 		defer f.Close()
 		var w interface{ Write([]byte) (int, error) } = f
-		sf := &streamFile{f: f}
+		sf := New(f)
 		if stream {
 			w = sf
 		}
@@ -87,7 +87,7 @@ func TestStreamFileDropsWrittenWindows(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if stream && sf.plain {
+		if stream && sf.Plain() {
 			t.Fatalf("sync_file_range is unsupported in %s", dir)
 		}
 		return path
@@ -105,17 +105,17 @@ func TestStreamFileDropsWrittenWindows(t *testing.T) {
 	streamed = write("streamed2", true)
 	p, s := residentBytes(t, plain), residentBytes(t, streamed)
 	t.Logf("in the page cache: plain write %d MiB, streamed %d MiB of %d MiB", p>>20, s>>20, size>>20)
-	if s > 3*writebackWindow {
-		t.Errorf("streamed file: %d bytes cached, want at most %d", s, 3*writebackWindow)
+	if s > 3*Window {
+		t.Errorf("streamed file: %d bytes cached, want at most %d", s, 3*Window)
 	}
 	if p < size/2 {
 		t.Logf("the plain write was not kept cached either (%d bytes): the comparison shows nothing here", p)
 	}
 }
 
-// TestStreamFileUnsupported: where sync_file_range is refused (a pipe
-// here), streamFile falls back to plain writes without an error.
-func TestStreamFileUnsupported(t *testing.T) {
+// TestFileUnsupported: where sync_file_range is refused (a pipe
+// here), File falls back to plain writes without an error.
+func TestFileUnsupported(t *testing.T) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
@@ -134,18 +134,18 @@ func TestStreamFileUnsupported(t *testing.T) {
 			}
 		}
 	}()
-	sf := &streamFile{f: w}
+	sf := New(w)
 	chunk := make([]byte, 1<<20)
-	for range 2 * writebackWindow >> 20 {
+	for range 2 * Window >> 20 {
 		if _, err := sf.Write(chunk); err != nil {
 			t.Fatalf("write to a pipe: %v", err)
 		}
 	}
 	w.Close()
-	if n := <-done; n != 2*writebackWindow {
-		t.Fatalf("read %d bytes, want %d", n, 2*writebackWindow)
+	if n := <-done; n != 2*Window {
+		t.Fatalf("read %d bytes, want %d", n, 2*Window)
 	}
-	if !sf.plain {
+	if !sf.Plain() {
 		t.Fatal("sync_file_range on a pipe did not turn streaming off")
 	}
 }
