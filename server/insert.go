@@ -11,7 +11,6 @@ import (
 	"github.com/reverie-rl/reverie/api/reverbpb"
 	"github.com/reverie-rl/reverie/internal/chunkstore"
 	"github.com/reverie-rl/reverie/internal/table"
-	"github.com/reverie-rl/reverie/internal/wal"
 )
 
 // InsertStream implements ReverbService. Requests are handled one at a time,
@@ -24,10 +23,12 @@ func (s *Server) InsertStream(stream reverbpb.ReverbService_InsertStreamServer) 
 	defer is.releaseAll()
 
 	conf := newConfirmer(stream.Send)
-	if s.wal != nil && s.wal.Sync() == wal.SyncAlways {
+	if s.wal != nil {
 		// Under fsync always a key is confirmed only once its item is on
 		// disk; the confirmer waits, so the stream reads on meanwhile and
-		// every stream's items share the fsyncs (group commit).
+		// every stream's items share the fsyncs (group commit). Under the
+		// other policies it waits only while the log's backlog is over
+		// its bound (wal.Options.MaxBacklog).
 		conf.durable = func(lsn uint64) error { return s.wal.WaitDurable(ctx, lsn) }
 	}
 	defer conf.close()

@@ -76,6 +76,7 @@ func ParseSync(s string) (Sync, error) {
 const (
 	DefaultInterval     = 100 * time.Millisecond
 	DefaultSegmentBytes = 64 << 20
+	DefaultMaxBacklog   = 64 << 20
 )
 
 // Options configures a Log.
@@ -90,6 +91,13 @@ type Options struct {
 	// SegmentBytes starts a new segment file once the current one is this
 	// large; zero means DefaultSegmentBytes.
 	SegmentBytes int64
+	// MaxBacklog bounds, under SyncInterval and SyncNever, the bytes of
+	// records that were acknowledged but not yet written to the file,
+	// which a crash of the process loses: once the records queued for the
+	// writer pass it, WaitDurable waits for them to be written instead of
+	// returning at once, so that writers are held back to the disk's pace.
+	// Zero means DefaultMaxBacklog.
+	MaxBacklog int64
 	// SizeTrigger, if > 0, makes the writer call OnSize (from its own
 	// goroutine, once per Mark) when the records written since the last
 	// Mark pass this many bytes. The server takes a checkpoint then, which
@@ -166,6 +174,7 @@ type Log struct {
 		closed   bool   // Close was called
 		next     uint64 // LSN of the next record appended
 		pending  []entry
+		queued   int64 // bytes of the records appended and not yet written (about)
 		spare    []entry
 		logged   map[uint64]struct{} // chunks logged since the last Mark
 		written  uint64              // last LSN written to the file
@@ -182,6 +191,10 @@ type Log struct {
 	// failed is set with mu.err, so that Err, called for every insert,
 	// does not take the lock while the log is sound.
 	failed atomic.Bool
+
+	// testHookWrite, if set before Start, is called by the writer with
+	// each batch taken, before it writes it.
+	testHookWrite func()
 
 	// Owned by the writer goroutine.
 	seg      *segment
@@ -202,6 +215,9 @@ func New(opts Options) (*Log, error) {
 	}
 	if opts.SegmentBytes <= 0 {
 		opts.SegmentBytes = DefaultSegmentBytes
+	}
+	if opts.MaxBacklog <= 0 {
+		opts.MaxBacklog = DefaultMaxBacklog
 	}
 	l := &Log{opts: opts, log: opts.Logger, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	if l.log == nil {
@@ -261,18 +277,24 @@ func (l *Log) Err() error {
 }
 
 // WaitDurable waits until every record up to lsn is durable under the sync
-// policy: fsynced under SyncAlways; under the other policies it returns at
-// once. It returns the log's write error if there was one, ErrClosed if
-// the log closed first, or ctx's error.
+// policy: fsynced under SyncAlways. Under the other policies it returns at
+// once while the records queued for the writer are within MaxBacklog, and
+// otherwise once the record lsn is written. It returns the log's write
+// error if there was one, ErrClosed if the log closed first, or ctx's
+// error.
 func (l *Log) WaitDurable(ctx context.Context, lsn uint64) error {
 	for {
 		l.mu.Lock()
-		err, ok, ch, closed := l.mu.err, l.mu.durable >= lsn, l.mu.progress, l.mu.closed
+		err, ch, closed := l.mu.err, l.mu.progress, l.mu.closed
+		ok := l.mu.durable >= lsn
+		if l.opts.Sync != SyncAlways {
+			ok = l.mu.written >= lsn || l.mu.queued <= l.opts.MaxBacklog
+		}
 		l.mu.Unlock()
 		switch {
 		case err != nil:
 			return err
-		case ok || l.opts.Sync != SyncAlways:
+		case ok:
 			return nil
 		case closed:
 			return ErrClosed
@@ -344,6 +366,17 @@ func (l *Log) poke() {
 func (l *Log) appendLocked(e entry) {
 	l.mu.pending = append(l.mu.pending, e)
 	l.mu.next++
+	l.mu.queued += e.size()
+}
+
+// size is about the bytes of e's record: its payload's large parts and a
+// fixed allowance for the rest.
+func (e *entry) size() int64 {
+	n := int64(64 + len(e.table) + len(e.traj))
+	if e.chunk != nil {
+		n += int64(e.chunk.Size())
+	}
+	return n
 }
 
 func (l *Log) insert(tbl string, it *table.Item) {
@@ -422,11 +455,15 @@ func (l *Log) run() {
 		l.mu.Unlock()
 
 		var err error
-		var n int64
+		var n, queued int64
+		if l.testHookWrite != nil {
+			l.testHookWrite()
+		}
 		if !failed {
 			n, err = l.writeBatch(batch, first, rotateAt)
 		}
 		for i := range batch {
+			queued += batch[i].size()
 			if c := batch[i].chunk; c != nil {
 				c.Unref()
 			}
@@ -443,6 +480,7 @@ func (l *Log) run() {
 
 		l.mu.Lock()
 		l.mu.spare = batch[:0]
+		l.mu.queued -= queued
 		if err != nil && l.mu.err == nil {
 			l.mu.err = err
 			l.failed.Store(true)

@@ -310,3 +310,59 @@ func TestWriteFailure(t *testing.T) {
 		t.Fatalf("%d records survive, want the 10 written before the failure", len(recs))
 	}
 }
+
+// TestBacklogBound: under SyncNever and SyncInterval WaitDurable returns
+// at once while the records waiting for the writer are within MaxBacklog,
+// and beyond it waits until they are written.
+func TestBacklogBound(t *testing.T) {
+	for _, policy := range []Sync{SyncNever, SyncInterval} {
+		t.Run(policy.String(), func(t *testing.T) {
+			l, err := New(Options{Dir: t.TempDir(), Sync: policy, MaxBacklog: 4 << 10})
+			if err != nil {
+				t.Fatal(err)
+			}
+			gate := make(chan struct{})
+			l.testHookWrite = func() { <-gate } // a disk that does not keep up
+			if err := l.Start(0); err != nil {
+				t.Fatal(err)
+			}
+			bg := context.Background()
+			store := write(t, l, 1, 1) // 5 records, well under 4 KiB
+			quick, cancel := context.WithTimeout(bg, 10*time.Second)
+			defer cancel()
+			if err := l.WaitDurable(quick, l.Last()); err != nil {
+				t.Fatalf("within the backlog bound: %v", err)
+			}
+			store2 := write(t, l, 10, 50) // 250 records, over 4 KiB
+			short, cancel2 := context.WithTimeout(bg, 200*time.Millisecond)
+			defer cancel2()
+			if err := l.WaitDurable(short, l.Last()); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("over the backlog bound with the writer stalled: %v, want the deadline", err)
+			}
+			waited := make(chan error, 1)
+			go func() { waited <- l.WaitDurable(quick, l.Last()) }()
+			select {
+			case err := <-waited:
+				t.Fatalf("WaitDurable returned %v before the writer moved", err)
+			case <-time.After(50 * time.Millisecond):
+			}
+			close(gate)
+			if err := <-waited; err != nil {
+				t.Fatalf("after the writer caught up: %v", err)
+			}
+			l.mu.Lock()
+			written, last := l.mu.written, l.mu.next-1
+			l.mu.Unlock()
+			if written != last {
+				t.Fatalf("written %d, last %d", written, last)
+			}
+			closeEmpty(t, l, store, store2)
+			l.mu.Lock()
+			queued := l.mu.queued
+			l.mu.Unlock()
+			if queued != 0 {
+				t.Fatalf("%d bytes still counted as queued after Close", queued)
+			}
+		})
+	}
+}
