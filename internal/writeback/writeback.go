@@ -18,7 +18,7 @@ const Window = 8 << 20
 // disk, and drops that window from the page cache. The file then holds at
 // most two windows of dirty or cached pages instead of all it wrote: the
 // kernel recycles the same pages rather than taking fresh ones for every
-// window, which halves its CPU cost of the writes on the machines
+// window, which halved its CPU cost of the writes on the machine
 // measured (docs/formats.md), and an fsync finds almost nothing left to
 // write. Where the system has no such calls (non-Linux), or the file
 // system refuses them, it is a plain file. The calls are advice about the
