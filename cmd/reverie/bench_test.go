@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"math"
+	"math/rand/v2"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -169,6 +172,37 @@ func TestHistogram(t *testing.T) {
 	}
 	if h.n != 1001 || h.min != time.Microsecond || h.max != time.Second {
 		t.Errorf("n %d min %v max %v", h.n, h.min, h.max)
+	}
+}
+
+// TestHistogramBuckets checks the bucket arithmetic on every duration up
+// to 2^20 ns and on random ones up to an hour, and the quantiles of a
+// log-uniform sample against the exact ones.
+func TestHistogramBuckets(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	check := func(d time.Duration) {
+		i := histBucket(d)
+		if lo, hi := histLow(i), histLow(i+1); d < lo || d >= hi || float64(hi-lo) > 0.008*float64(lo)+1 {
+			t.Fatalf("%v in bucket %d = [%v, %v)", d, i, lo, hi)
+		}
+	}
+	for d := time.Duration(1); d < 1<<20; d++ {
+		check(d)
+	}
+	var h histogram
+	var all []time.Duration
+	for range 100000 {
+		d := time.Duration(math.Exp(math.Log(50) + r.Float64()*(math.Log(float64(time.Hour))-math.Log(50))))
+		check(d)
+		h.record(d)
+		all = append(all, d)
+	}
+	slices.Sort(all)
+	for _, q := range []float64{0.001, 0.1, 0.5, 0.9, 0.99, 0.999} {
+		want := all[int(math.Ceil(q*float64(len(all))))-1]
+		if got := h.quantile(q); math.Abs(float64(got-want)) > 0.01*float64(want) {
+			t.Errorf("quantile(%v) = %v, want %v within 1%%", q, got, want)
+		}
 	}
 }
 
