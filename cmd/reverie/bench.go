@@ -134,6 +134,18 @@ type kindReport struct {
 	MaxMs       float64 `json:"max_ms"`
 	FlushMs     float64 `json:"final_flush_ms,omitempty"` // longest final Flush of a writer
 	Errors      int64   `json:"errors"`
+	// The fewest and the most items one client of this kind moved: far
+	// apart, they show a server that starves some clients.
+	ClientItemsMin int64 `json:"client_items_min"`
+	ClientItemsMax int64 `json:"client_items_max"`
+}
+
+// clientItems records one client's item count in the spread.
+func (k *kindReport) clientItems(i int, n int64) {
+	if i == 0 || n < k.ClientItemsMin {
+		k.ClientItemsMin = n
+	}
+	k.ClientItemsMax = max(k.ClientItemsMax, n)
 }
 
 // runBench implements "reverie bench": load a server with inserts, samples
@@ -327,6 +339,7 @@ func bench(ctx context.Context, cfg *benchConfig, errOut io.Writer, progress boo
 		for i, tr := range trackers {
 			tr.mu.Lock()
 			h.merge(&tr.hist)
+			kr.clientItems(i, tr.hist.n)
 			tr.mu.Unlock()
 			kr.Errors += wstats[i].errors
 		}
@@ -342,6 +355,7 @@ func bench(ctx context.Context, cfg *benchConfig, errOut io.Writer, progress boo
 		h := &histogram{}
 		for i := range sstats {
 			h.merge(&sstats[i].hist)
+			kr.clientItems(i, sstats[i].hist.n)
 			kr.Errors += sstats[i].errors
 			kr.Bytes += sstats[i].bytes
 		}
@@ -831,7 +845,7 @@ func printBench(out io.Writer, r *benchReport) {
 	}
 	fmt.Fprintln(out)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "\tclients\titems\tseconds\titems/s\tMB/s\tp50\tp99\tp999\tmax\terrors\t")
+	fmt.Fprintln(tw, "\tclients\titems\tper client\tseconds\titems/s\tMB/s\tp50\tp99\tp999\tmax\terrors\t")
 	for _, k := range []struct {
 		name string
 		r    *kindReport
@@ -839,7 +853,8 @@ func printBench(out io.Writer, r *benchReport) {
 		if k.r == nil {
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.2f\t%.0f\t%.2f\t%s\t%s\t%s\t%s\t%d\t\n", k.name, k.r.Clients, k.r.Items, k.r.Seconds,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d-%d\t%.2f\t%.0f\t%.2f\t%s\t%s\t%s\t%s\t%d\t\n", k.name, k.r.Clients, k.r.Items,
+			k.r.ClientItemsMin, k.r.ClientItemsMax, k.r.Seconds,
 			k.r.ItemsPerSec, k.r.MBPerSec, fmtMs(k.r.P50Ms), fmtMs(k.r.P99Ms), fmtMs(k.r.P999Ms), fmtMs(k.r.MaxMs), k.r.Errors)
 	}
 	tw.Flush()

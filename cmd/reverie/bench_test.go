@@ -44,6 +44,10 @@ func checkKind(t *testing.T, name string, k *kindReport, clients int) {
 	if !(k.P50Ms > 0 && k.P50Ms <= k.P99Ms && k.P99Ms <= k.P999Ms && k.P999Ms <= k.MaxMs) {
 		t.Errorf("%s: latencies p50 %v p99 %v p999 %v max %v are not positive and ordered", name, k.P50Ms, k.P99Ms, k.P999Ms, k.MaxMs)
 	}
+	n := int64(k.Clients)
+	if !(k.ClientItemsMin > 0 && k.ClientItemsMin <= k.ClientItemsMax && k.ClientItemsMin*n <= k.Items && k.Items <= k.ClientItemsMax*n) {
+		t.Errorf("%s: per-client items %d-%d do not fit %d items over %d clients", name, k.ClientItemsMin, k.ClientItemsMax, k.Items, n)
+	}
 }
 
 // TestBenchModes runs each mode for a second against the default table.
@@ -105,6 +109,9 @@ func TestBenchItems(t *testing.T) {
 	rep = runBenchCmd(t, p.addr, "--mode", "sample", "--items", "300", "--clients", "2", "--in-flight", "4")
 	if rep.Sample == nil || rep.Sample.Items != 300 || rep.Prefilled != 500 {
 		t.Fatalf("sample report: %+v %+v", rep, rep.Sample)
+	}
+	if rep.Sample.ClientItemsMin != 150 || rep.Sample.ClientItemsMax != 150 {
+		t.Errorf("each sampler's quota is 150; per-client items %d-%d", rep.Sample.ClientItemsMin, rep.Sample.ClientItemsMax)
 	}
 	if info, err = c.ServerInfo(ctx); err != nil {
 		t.Fatal(err)
