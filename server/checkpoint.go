@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -148,6 +149,14 @@ func (s *Server) writeCheckpoint(ctx context.Context) (string, error) {
 		for _, sn := range snaps {
 			sn.Release() // stops copy-on-write if we fail early
 		}
+		// While the snapshot was held, items evicted under load stayed
+		// live until written, and the collector set its next goal (about
+		// twice the live heap) from that peak. Left alone, the heap grows
+		// to that goal after the checkpoint, into fresh memory: a 2 GiB
+		// table's server went from 4.8 to 7.0 GiB after one, and the
+		// page faults doubled the load's p99 latency. A collection now
+		// sets the goal from what is live again.
+		go runtime.GC()
 	}()
 	s.checkpointHook("snapshot", "")
 

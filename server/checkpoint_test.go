@@ -8,6 +8,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"testing"
@@ -560,4 +562,30 @@ func TestCheckpointEmptyServer(t *testing.T) {
 	path := checkpointNow(t, a.Client)
 	b := servertest.Start(t, server.Config{Tables: ckptTables(), RestorePath: filepath.Join(path, checkpoint.FileName)})
 	sameInfo(t, serverInfo(t, b.Client), serverInfo(t, a.Client))
+}
+
+// TestCheckpointCollectsAfter: once a checkpoint has released its
+// snapshots, the server runs a collection, so that the collector's goal,
+// raised by the evicted items the snapshot kept live, falls back to what
+// is live. With automatic collection off, only that one can run.
+func TestCheckpointCollectsAfter(t *testing.T) {
+	dir := t.TempDir()
+	a := servertest.Start(t, ckptConfig(dir, ckptTables()...))
+	fill(t, a.Client, 20, 1<<10)
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	before := ms.NumGC
+	checkpointNow(t, a.Client)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		runtime.ReadMemStats(&ms)
+		if ms.NumGC > before {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no collection within 10 s of the checkpoint (NumGC %d)", ms.NumGC)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
