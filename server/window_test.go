@@ -1,12 +1,12 @@
 package server_test
 
 import (
-	"context"
 	"net"
 	"testing"
 	"time"
 
 	"github.com/reverie-rl/reverie/server"
+	"github.com/reverie-rl/reverie/server/servertest"
 	"golang.org/x/net/http2"
 )
 
@@ -15,22 +15,8 @@ import (
 // connection window raised to ConnWindowBytes, fixed, rather than gRPC's
 // per-connection estimate that starved some writers of a busy server.
 func TestFlowControlWindows(t *testing.T) {
-	srv, err := server.New(testConfig(server.QueueTable("queue", 1)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(lis)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-	})
-
-	conn, err := net.Dial("tcp", lis.Addr().String())
+	s := servertest.Start(t, testConfig(server.QueueTable("queue", 1)))
+	conn, err := net.Dial("tcp", s.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
