@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"testing"
@@ -232,5 +233,29 @@ func TestBenchMixedQueue(t *testing.T) {
 	checkKind(t, "sample", rep.Sample, 2)
 	if rep.Errors != 0 || rep.Insert.FlushMs > 5000 {
 		t.Fatalf("report: %+v, insert %+v", rep, *rep.Insert)
+	}
+}
+
+// TestBenchGC checks that the bench raises its GC percent unless GOGC is
+// set in its environment.
+func TestBenchGC(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	if got := benchGC(func(string) string { return "" }); got != benchGCPercent {
+		t.Errorf("benchGC with no GOGC = %d, want %d", got, benchGCPercent)
+	}
+	if got := debug.SetGCPercent(70); got != benchGCPercent {
+		t.Errorf("GC percent after benchGC = %d, want %d", got, benchGCPercent)
+	}
+	env := func(k string) string {
+		if k == "GOGC" {
+			return "70"
+		}
+		return ""
+	}
+	if got := benchGC(env); got != 70 {
+		t.Errorf("benchGC with GOGC=70 = %d, want the 70 in force", got)
+	}
+	if got := debug.SetGCPercent(100); got != 70 {
+		t.Errorf("GC percent after benchGC with GOGC set = %d, want 70", got)
 	}
 }
