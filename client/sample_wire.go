@@ -168,10 +168,15 @@ func (e *wireError) Error() string {
 func fieldErr(field, cause string) error { return &wireError{path: field, cause: cause} }
 
 // inField prefixes the path of err, from a message in field, with field.
+// It inlines, as it is called once per message field decoded.
 func inField(field string, err error) error {
 	if err == nil {
 		return nil
 	}
+	return inFieldSlow(field, err)
+}
+
+func inFieldSlow(field string, err error) error {
 	var we *wireError
 	if errors.As(err, &we) {
 		if we.path == "" {

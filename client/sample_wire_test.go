@@ -785,3 +785,75 @@ func b2i(b bool) int {
 	}
 	return 0
 }
+
+// benchSampleResponse is a SampleStreamResponse as reverie's server sends
+// it to "reverie bench": n one-step samples of a 400 B float32 vector.
+func benchSampleResponse(b *testing.B, n int) []byte {
+	r := rand.New(rand.NewPCG(9, 10))
+	resp := &reverbpb.SampleStreamResponse{}
+	for i := 0; i < n; i++ {
+		vals := make([]float32, 100)
+		for j := range vals {
+			vals[j] = r.Float32()
+		}
+		tp, err := EncodeTensor(Tensor{DType: DTFloat, Shape: []int64{1, 100}, Data: Vector(vals).Data}, false)
+		if err != nil {
+			b.Fatal(err)
+		}
+		key := r.Uint64()
+		resp.Entries = append(resp.Entries, &reverbpb.SampleStreamResponse_SampleEntry{
+			Info: &reverbpb.SampleInfo{
+				Item: &reverbpb.PrioritizedItem{
+					Key: r.Uint64(), Table: "s5_400", Priority: 1, TimesSampled: int32(r.IntN(100)),
+					InsertedAt: timestamppb.New(time.Unix(1_700_000_000, int64(r.IntN(1e9)))),
+					FlatTrajectory: &reverbpb.FlatTrajectory{Columns: []*reverbpb.FlatTrajectory_Column{{
+						ChunkSlices: []*reverbpb.FlatTrajectory_ChunkSlice{{ChunkKey: key, Length: 1}},
+						Squeeze:     true,
+					}}},
+				},
+				Probability: 1e-6, TableSize: 1_000_000,
+			},
+			Data: []*reverbpb.ChunkData{{
+				ChunkKey:       key,
+				SequenceRange:  &reverbpb.SequenceRange{EpisodeId: r.Uint64(), Start: 5, End: 5},
+				Data:           &reverbpb.ChunkData_Data{Tensors: []*tensorflowpb.TensorProto{tp}},
+				DataTensorsLen: 1, DataUncompressedSize: 400,
+			}},
+			EndOfSequence: true,
+		})
+	}
+	msg, err := proto.Marshal(resp)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return msg
+}
+
+// BenchmarkSampleResponseDecode measures decoding a response of 16 samples
+// and building their Samples, per sample.
+func BenchmarkSampleResponseDecode(b *testing.B) {
+	const n = 16
+	msg := benchSampleResponse(b, n)
+	var resp sampleResponse
+	b.SetBytes(int64(len(msg) / n))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := resp.decode(msg); err != nil {
+			b.Fatal(err)
+		}
+		p := &partialSample{}
+		for i := range resp.entries {
+			e := &resp.entries[i]
+			p.info = e.info
+			for j := range e.chunks {
+				p.add(&e.chunks[j])
+			}
+			if _, err := p.decode(); err != nil {
+				b.Fatal(err)
+			}
+			p.release()
+		}
+		resp.recycle(false)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/sample")
+}
