@@ -99,7 +99,8 @@ const (
 // more to send, so a larger buffer means fewer write calls under load and
 // no added wait when idle. gRPC takes the buffer from a pool for each
 // burst of writing and gives it back after, so an idle connection holds
-// none. Against gRPC's default of 32 KiB, 1 MiB cost the server about
+// none; one being written to holds up to 1 MiB, for as long as the burst
+// lasts (including a write blocked on a client that reads slowly). Against gRPC's default of 32 KiB, 1 MiB cost the server about
 // 10-20% less CPU per sample at 400 B, 40 kB and 400 kB in most A/B
 // rounds (docs/benchmarks.md).
 const writeBufferBytes = 1 << 20
