@@ -18,28 +18,13 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+source bench/both-servers.sh
 
 if [[ ${1:-} == __inner ]]; then
   shift
   py=$1 secs=$2 rounds=$3 rate=$4 dir=$5
   shift 5
-  "$py" conformance/reverb_launcher.py "$dir/cfg.yaml" >"$dir/reverb.out" 2>"$dir/reverb.log" &
-  rpid=$!
-  .bin/reverie serve --config "$dir/cfg.yaml" --listen 127.0.0.1:0 2>"$dir/reverie.log" &
-  vpid=$!
-  trap 'kill -TERM $rpid $vpid 2>/dev/null || true' EXIT
-  rport= vport=
-  for _ in $(seq 900); do # up to 180 s (TensorFlow's import)
-    rport=$(sed -n 's/^port=//p' "$dir/reverb.out")
-    vport=$(sed -n 's/.*msg="reverie serving" addr=[^ ]*:\([0-9]*\) .*/\1/p' "$dir/reverie.log" | head -1)
-    [[ -n $rport && -n $vport ]] && break
-    sleep 0.2
-  done
-  if [[ -z $rport || -z $vport ]]; then
-    echo "permsg: a server did not start; logs in $dir" >&2
-    cat "$dir/reverie.log" >&2
-    exit 1
-  fi
+  start_both_servers permsg "$py" "$dir"
   declare -A addr=([reverb]=127.0.0.1:$rport [reverie]=127.0.0.1:$vport)
   declare -A pid=([reverb]=$rpid [reverie]=$vpid)
   for r in $(seq "$rounds"); do
@@ -87,11 +72,4 @@ py=$(scripts/reverb-env.sh)
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 echo '{"tables": [{"name": "s5_400", "sampler": "uniform", "remover": "fifo", "max_size": 1000000, "rate_limiter": {"min_size": 1}}]}' >"$dir/cfg.yaml"
-source scripts/netns.sh
-if ! private_netns; then
-  echo "permsg: cannot make a private network namespace (unshare -n);" \
-    "refusing to start Reverb's server, which would listen on every interface" >&2
-  exit 1
-fi
-"${netns[@]}" bash scripts/conformance.sh __netns "$py" \
-  bash "$0" __inner "$py" "$secs" "$rounds" "$rate" "$dir" "$@"
+run_inner_in_netns permsg "$py" "$0" "$secs" "$rounds" "$rate" "$dir" "$@"

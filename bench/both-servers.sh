@@ -1,0 +1,44 @@
+# Sourced by the bench scripts that measure reverie and Reverb side by side
+# outside `make bench` (bench/steady.sh, bench/permsg.sh), each in two
+# stages: the script re-runs itself with `__inner` inside a private network
+# namespace (run_inner_in_netns), and there starts both servers
+# (start_both_servers). NAME prefixes their messages.
+
+# run_inner_in_netns NAME PY SCRIPT ARGS...: runs `bash SCRIPT __inner PY
+# ARGS...` in a private network namespace with only a loopback interface
+# (scripts/netns.sh), or fails: Reverb's server listens on every interface.
+run_inner_in_netns() {
+  local name=$1 py=$2 script=$3
+  shift 3
+  source scripts/netns.sh
+  if ! private_netns; then
+    echo "$name: cannot make a private network namespace (unshare -n);" \
+      "refusing to start Reverb's server, which would listen on every interface" >&2
+    exit 1
+  fi
+  "${netns[@]}" bash scripts/conformance.sh __netns "$py" bash "$script" __inner "$py" "$@"
+}
+
+# start_both_servers NAME PY DIR: starts Reverb's server (the pinned
+# dm-reverb's, conformance/reverb_launcher.py) and .bin/reverie serve, both
+# on DIR/cfg.yaml and 127.0.0.1, and waits until both serve (up to 180 s:
+# TensorFlow's import). Sets rpid, rport, vpid and vport, and stops both
+# servers when the shell exits.
+start_both_servers() {
+  local name=$1 py=$2 dir=$3
+  "$py" conformance/reverb_launcher.py "$dir/cfg.yaml" >"$dir/reverb.out" 2>"$dir/reverb.log" &
+  rpid=$!
+  .bin/reverie serve --config "$dir/cfg.yaml" --listen 127.0.0.1:0 2>"$dir/reverie.log" &
+  vpid=$!
+  trap 'kill -TERM $rpid $vpid 2>/dev/null || true' EXIT
+  rport= vport=
+  for _ in $(seq 900); do
+    rport=$(sed -n 's/^port=//p' "$dir/reverb.out")
+    vport=$(sed -n 's/.*msg="reverie serving" addr=[^ ]*:\([0-9]*\) .*/\1/p' "$dir/reverie.log" | head -1)
+    [[ -n $rport && -n $vport ]] && return 0
+    sleep 0.2
+  done
+  echo "$name: a server did not start; logs in $dir" >&2
+  cat "$dir/reverie.log" >&2
+  exit 1
+}
