@@ -9,7 +9,7 @@
 // limit: one Python process of it tops out near 35k inserts/s, held by the
 // interpreter lock.
 //
-// Requests are encoded with proto.Marshal from one template, so the
+// Requests are one template whose keys change from item to item, so the
 // client's own cost per item is small. With --rate the writers offer a
 // fixed load (items/s in all), the regime of actors that step
 // environments; without it they send as fast as confirmations allow.
@@ -44,7 +44,6 @@ import (
 	"github.com/reverie-rl/reverie/client"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/protobuf/proto"
 )
 
 type options struct {
@@ -162,8 +161,9 @@ func newRequests(table string, payload, w int, sequential bool) (*requests, erro
 	return &requests{req: req, chunk: chunk, sequential: sequential, base: rand.Uint64() >> 33 << 32}, nil
 }
 
-// next encodes the i-th request.
-func (r *requests) next(i int) ([]byte, error) {
+// next makes the template the i-th request and returns it; gRPC encodes
+// it before Send returns, so the next call may change it.
+func (r *requests) next(i int) *reverbpb.InsertStreamRequest {
 	key := r.base + uint64(i+1)
 	if !r.sequential {
 		key = rand.Uint64()
@@ -174,24 +174,8 @@ func (r *requests) next(i int) ([]byte, error) {
 	it.Key = key
 	it.FlatTrajectory.Columns[0].ChunkSlices[0].ChunkKey = key
 	r.req.KeepChunkKeys[0] = key
-	return proto.Marshal(r.req)
+	return r.req
 }
-
-// rawCodec sends encoded requests as they are and decodes responses.
-type rawCodec struct{}
-
-type raw []byte
-
-func (rawCodec) Name() string { return "proto" }
-
-func (rawCodec) Marshal(v any) ([]byte, error) {
-	if r, ok := v.(*raw); ok {
-		return *r, nil
-	}
-	return proto.Marshal(v.(proto.Message))
-}
-
-func (rawCodec) Unmarshal(data []byte, v any) error { return proto.Unmarshal(data, v.(proto.Message)) }
 
 // cpuTicks returns utime+stime of process pid, in clock ticks.
 func cpuTicks(pid int) (int64, error) {
@@ -302,7 +286,7 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 func writer(ctx context.Context, c reverbpb.ReverbServiceClient, reqs *requests, inFlight int, start time.Time, every time.Duration, deadline time.Time) ([]time.Duration, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // ends the stream, and so the reader, on an early return
-	st, err := c.InsertStream(ctx, grpc.ForceCodec(rawCodec{}))
+	st, err := c.InsertStream(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -316,8 +300,8 @@ func writer(ctx context.Context, c reverbpb.ReverbServiceClient, reqs *requests,
 	done := make(chan error, 1)
 	go func() {
 		for {
-			var resp reverbpb.InsertStreamResponse
-			if err := st.RecvMsg(&resp); err != nil {
+			resp, err := st.Recv()
+			if err != nil {
 				if errors.Is(err, io.EOF) {
 					err = nil
 				}
@@ -343,18 +327,14 @@ func writer(ctx context.Context, c reverbpb.ReverbServiceClient, reqs *requests,
 		if every > 0 {
 			time.Sleep(time.Until(start.Add(time.Duration(n) * every)))
 		}
-		b, err := reqs.next(n)
-		if err != nil {
-			return nil, err
-		}
+		req := reqs.next(n)
 		select {
 		case tokens <- struct{}{}:
 			sent <- time.Now() // never blocks: no more times than tokens
 		case err := <-done:
 			return nil, fmt.Errorf("insert stream ended after %d items sent: %v", n, err)
 		}
-		r := raw(b)
-		if err := st.SendMsg(&r); err != nil {
+		if err := st.Send(req); err != nil {
 			return nil, fmt.Errorf("sending item %d: %w", n, err)
 		}
 	}
