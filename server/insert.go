@@ -51,6 +51,12 @@ func (s *Server) InsertStream(stream reverbpb.ReverbService_InsertStreamServer) 
 		var r recvResult[insertRequest]
 		select {
 		case r = <-reqs:
+		case <-ctx.Done():
+			// The client cancelled or went away. recvLoop may have ended
+			// without handing over its last result, so wait for nothing
+			// more from it; the deferred calls release what the stream
+			// held.
+			return toStatus(ctx.Err())
 		case <-s.closing:
 			conf.close()
 			return toStatus(errShuttingDown)
@@ -426,7 +432,8 @@ type recvResult[T any] struct {
 // recvLoop reads a stream from its own goroutine, so that handlers can wait
 // for a request and for shutdown at once. The goroutine ends after the
 // first error, or when ctx (the stream's context, cancelled when the
-// handler returns) ends.
+// handler returns) ends. Once ctx is done it may end without handing over
+// its last result, so a handler must wait on ctx.Done too.
 func recvLoop[T any](ctx context.Context, recv func() (*T, error)) <-chan recvResult[T] {
 	ch := make(chan recvResult[T])
 	go func() {

@@ -33,6 +33,8 @@ func (s *Server) SampleStream(stream reverbpb.ReverbService_SampleStreamServer) 
 		var r recvResult[reverbpb.SampleStreamRequest]
 		select {
 		case r = <-reqs:
+		case <-ctx.Done():
+			return toStatus(ctx.Err()) // see recvLoop
 		case <-s.closing:
 			return toStatus(errShuttingDown)
 		}
