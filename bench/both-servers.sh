@@ -22,8 +22,9 @@ run_inner_in_netns() {
 # start_both_servers NAME PY DIR: starts Reverb's server (the pinned
 # dm-reverb's, conformance/reverb_launcher.py) and .bin/reverie serve, both
 # on DIR/cfg.yaml and 127.0.0.1, and waits until both serve (up to 180 s:
-# TensorFlow's import). Sets rpid, rport, vpid and vport, and stops both
-# servers when the shell exits.
+# TensorFlow's import). Sets rpid, rport, vpid and vport, and the maps addr
+# and pid keyed by server (reverb, reverie), and stops both servers when the
+# shell exits.
 start_both_servers() {
   local name=$1 py=$2 dir=$3
   "$py" conformance/reverb_launcher.py "$dir/cfg.yaml" >"$dir/reverb.out" 2>"$dir/reverb.log" &
@@ -35,7 +36,11 @@ start_both_servers() {
   for _ in $(seq 900); do
     rport=$(sed -n 's/^port=//p' "$dir/reverb.out")
     vport=$(sed -n 's/.*msg="reverie serving" addr=[^ ]*:\([0-9]*\) .*/\1/p' "$dir/reverie.log" | head -1)
-    [[ -n $rport && -n $vport ]] && return 0
+    if [[ -n $rport && -n $vport ]]; then
+      declare -gA addr=([reverb]=127.0.0.1:$rport [reverie]=127.0.0.1:$vport)
+      declare -gA pid=([reverb]=$rpid [reverie]=$vpid)
+      return 0
+    fi
     sleep 0.2
   done
   echo "$name: a server did not start; logs in $dir" >&2

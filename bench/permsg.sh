@@ -25,8 +25,6 @@ if [[ ${1:-} == __inner ]]; then
   py=$1 secs=$2 rounds=$3 rate=$4 dir=$5
   shift 5
   start_both_servers permsg "$py" "$dir"
-  declare -A addr=([reverb]=127.0.0.1:$rport [reverie]=127.0.0.1:$vport)
-  declare -A pid=([reverb]=$rpid [reverie]=$vpid)
   for r in $(seq "$rounds"); do
     order="reverb reverie"
     ((r % 2 == 0)) && order="reverie reverb"

@@ -25,8 +25,6 @@ if [[ ${1:-} == __inner ]]; then
   py=$1 mode=$2 secs=$3 rounds=$4 dir=$5
   shift 5
   start_both_servers steady "$py" "$dir"
-  declare -A addr=([reverb]=127.0.0.1:$rport [reverie]=127.0.0.1:$vport)
-  declare -A pid=([reverb]=$rpid [reverie]=$vpid)
   for s in reverb reverie; do
     .bin/reverie bench --addr "${addr[$s]}" --table s5_400 --mode insert --payload 400 \
       --clients 8 --items 1300000 >/dev/null
