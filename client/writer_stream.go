@@ -17,9 +17,17 @@ import (
 
 const (
 	// writerMaxRequestBytes closes a batch of items once its chunks and
-	// items reach this size, as Reverb's 40 MiB request cut-off. A single
-	// item with larger chunks still goes out in one request.
-	writerMaxRequestBytes = 40 << 20
+	// items reach this size; a single item with larger chunks still goes
+	// out in one request. Reverb's writers close a batch at 40 MiB, but a
+	// gRPC-Go server holds each request whole until its last byte arrives
+	// (it raises the stream's flow-control window to fit the message), so
+	// a backlog of 400 kB items sent 40 MiB at a time parked up to 40 MiB
+	// per writer in reverie's server: with 32 writers its RSS peaked at
+	// 3.4-4.5 GB against 2.2-2.3 GB at 4 MiB, and its first runs spent
+	// 2-4x the CPU per item growing its heap. 1 MiB cost 10-20% of the
+	// items/s at 40 kB with 8 writers; 4 MiB ran level with 40 MiB there
+	// (docs/benchmarks.md, bench/client-ab.sh).
+	writerMaxRequestBytes = 4 << 20
 	// Backoff between attempts to reopen the insert stream: doubling from
 	// the minimum to the maximum, back to the minimum after a stream that
 	// lived writerBackoffReset.

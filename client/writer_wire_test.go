@@ -294,3 +294,69 @@ func TestWriterResendBigChunks(t *testing.T) {
 		wtCheckColumn(t, fmt.Sprintf("sample %d column 1", k), smp.cols[1], wtBig(k+1))
 	}
 }
+
+// TestWriterRequestSize queues items of 256 KiB while the insert stream
+// cannot open, then checks how the writer batches them once it can: more
+// than one item per request, and no request past 4 MiB by more than its
+// last item: a gRPC-Go server holds each request whole, so a writer keeps
+// them near 4 MiB rather than Reverb's 40 MiB.
+func TestWriterRequestSize(t *testing.T) {
+	s, _ := wtStart(t, server.QueueTable("q", 100))
+	var rec wtRecorder
+	release := make(chan struct{})
+	gate := func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return rec.interceptor(ctx, desc, cc, method, streamer, opts...)
+	}
+	c := wtDial(t, s.Addr, client.WithDialOptions(grpc.WithStreamInterceptor(gate)))
+	ctx := wtCtx(t)
+	w := wtWriter(t, c, client.WriterOptions{NumKeepAliveRefs: 1, ChunkLength: 1})
+
+	const n, floats, maxRequest = 24, 64 << 10, 4 << 20
+	rng := rand.New(rand.NewPCG(1, 2)) // random values: snappy leaves them as they are
+	for range n {
+		v := make([]float32, floats)
+		for j := range v {
+			v[j] = rng.Float32()
+		}
+		obs, err := client.FromSlice(v, floats)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Append(ctx, map[string]client.Tensor{"obs": obs}); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.CreateItem(ctx, "q", 1, []client.TrajectoryColumn{w.History("obs").At(-1).Squeeze()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(release)
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.streams) != 1 {
+		t.Fatalf("%d insert streams, want 1", len(rec.streams))
+	}
+	items := 0
+	for r, req := range rec.streams[0] {
+		size := proto.Size(req)
+		itemSize := size / max(len(req.GetItems()), 1)
+		if size > maxRequest+itemSize+(1<<10) {
+			t.Errorf("request %d: %d bytes for %d items, want at most %d plus one item", r, size, len(req.GetItems()), maxRequest)
+		}
+		if r == 0 && len(req.GetItems()) < 2 {
+			t.Errorf("request 0: %d items, want the queued items batched", len(req.GetItems()))
+		}
+		items += len(req.GetItems())
+	}
+	if items != n {
+		t.Errorf("sent %d items, want %d", items, n)
+	}
+}

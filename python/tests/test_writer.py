@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import reverie
+import reverie.writer
 
 from conftest import free_port
 
@@ -232,6 +233,35 @@ def test_max_in_flight_items_blocks_create_item(client, reset):
   assert got == [1, 2, 3, 4]
   w.flush(timeout_ms=10000)
   w.close()
+
+
+def test_request_size_counts_chunks(client, reset, monkeypatch):
+  """A request closes once its chunks and items reach the writer's limit:
+  past it by one item at most, as a gRPC-Go server holds it whole."""
+  reset('queue')
+  limit = 1 << 20
+  monkeypatch.setattr(reverie.writer, '_MAX_REQUEST_BYTES', limit)
+  sizes = []
+  build = reverie._wire.insert_request
+
+  def record(chunks, items, keep):
+    req = build(chunks, items, keep)
+    sizes.append((len(req), len(items)))
+    return req
+
+  monkeypatch.setattr(reverie._wire, 'insert_request', record)
+  x = np.random.default_rng(1).random(64 << 10, dtype=np.float32)  # 256 KiB
+  n = 40
+  with client.trajectory_writer(1, max_in_flight_items=n) as w:
+    for _ in range(n):
+      w.append({'x': x})
+      w.create_item('queue', 1.0, w.history['x'][-1])
+    w.flush(timeout_ms=10000)
+  assert sum(k for _, k in sizes) == n
+  item = len(x.tobytes()) + (1 << 10)
+  for size, k in sizes:
+    assert size <= limit + item, (size, k, sizes)
+  assert len(sizes) < n, sizes  # items were still batched
 
 
 def test_unknown_table_is_a_sticky_error(client):
