@@ -252,10 +252,13 @@ def test_request_size_counts_chunks(client, reset, monkeypatch):
   monkeypatch.setattr(reverie._wire, 'insert_request', record)
   x = np.random.default_rng(1).random(64 << 10, dtype=np.float32)  # 256 KiB
   n = 40
-  with client.trajectory_writer(1, max_in_flight_items=n) as w:
+  # All steps first, then the items in a tight loop, so that items are
+  # ready faster than requests go out.
+  with client.trajectory_writer(n, max_in_flight_items=n) as w:
     for _ in range(n):
       w.append({'x': x})
-      w.create_item('queue', 1.0, w.history['x'][-1])
+    for i in range(n):
+      w.create_item('queue', 1.0, w.history['x'][i])
     w.flush(timeout_ms=10000)
   assert sum(k for _, k in sizes) == n
   item = len(x.tobytes()) + (1 << 10)
