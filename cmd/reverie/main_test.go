@@ -175,6 +175,13 @@ func TestServeDefaults(t *testing.T) {
 		ti.GetMaxSize() != 1_000_000 || ti.GetRateLimiterInfo().GetMinSizeToSample() != 1 {
 		t.Fatalf("default table: %v", ti)
 	}
+	// Memory mode: the Go heap is kept within the machine (memlimit.go).
+	if os.Getenv("GOMEMLIMIT") == "" {
+		logs, ok := logsContain(p, `msg="go memory limit"`)
+		if !ok || !regexp.MustCompile(`msg="go memory limit" bytes=[1-9][0-9]* share=0.9 of=/`).MatchString(logs) {
+			t.Errorf("no memory-mode Go memory limit logged; logs:\n%s", logs)
+		}
+	}
 	p.stop(t, syscall.SIGINT)
 }
 

@@ -103,6 +103,11 @@ func runServe(args []string) int {
 		// Keep the Go heap near the chunk data limit rather than letting
 		// it grow to twice the live heap (GOGC); GOMEMLIMIT overrides.
 		log.Info("go memory limit", "bytes", server.SetGoMemoryLimit(cfg))
+	} else if lim == 0 && cfg.Validate() == nil {
+		// Memory mode: keep the heap within the machine (memlimit.go).
+		if lim, from := setMemoryModeLimit(); from != "" {
+			log.Info("go memory limit", "bytes", lim, "share", machineMemoryShare, "of", from)
+		}
 	}
 
 	srv, err := server.New(cfg)
