@@ -945,9 +945,10 @@ class _Requests:
   Each request holds the ready items (up to _MAX_REQUEST_BYTES with their
   chunks), the chunks they reference that were not sent on this stream
   yet, and keep_chunk_keys: the sent chunks that the history referenced
-  when the last of the items was created. That is every sent chunk a later item can reference: such
-  an item references steps that were in the history then (steps leave the
-  history for good), or newer ones, whose chunks have not been sent.
+  when the last of the items was created. That is every sent chunk a
+  later item can reference: such an item references steps that were in
+  the history then (steps leave the history for good), or newer ones,
+  whose chunks have not been sent.
   """
 
   def __init__(self, writer, state):
@@ -993,7 +994,7 @@ class _Requests:
             sent.add(ch.key)
             chunks.append(ch.data)
             size += len(ch.data)
-    # Built outside the lock: the chunks' and items' bytes never change.
+    # Encoded outside the lock: the chunks' and items' bytes never change.
     keep = sent.intersection(items[-1].keep)
     state.sent = keep
     return _wire.insert_request(chunks, [it.data for it in items],
