@@ -232,9 +232,13 @@ func TestWriterTableNotUTF8(t *testing.T) {
 
 // wtBig is a step of random float32s that Snappy cannot shrink, so that
 // chunks of it are encoded into pooled buffers.
-func wtBig(i int) client.Tensor {
+func wtBig(i int) client.Tensor { return wtRandom(i, 5000) }
+
+// wtRandom is a vector of n random float32s, seeded by i, which Snappy
+// leaves as they are.
+func wtRandom(i, n int) client.Tensor {
 	r := rand.New(rand.NewPCG(uint64(i), 3))
-	vals := make([]float32, 5000)
+	vals := make([]float32, n)
 	for j := range vals {
 		vals[j] = r.Float32()
 	}
@@ -317,17 +321,8 @@ func TestWriterRequestSize(t *testing.T) {
 	w := wtWriter(t, c, client.WriterOptions{NumKeepAliveRefs: 1, ChunkLength: 1})
 
 	const n, floats, maxRequest = 24, 64 << 10, 4 << 20
-	rng := rand.New(rand.NewPCG(1, 2)) // random values: snappy leaves them as they are
-	for range n {
-		v := make([]float32, floats)
-		for j := range v {
-			v[j] = rng.Float32()
-		}
-		obs, err := client.FromSlice(v, floats)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Append(ctx, map[string]client.Tensor{"obs": obs}); err != nil {
+	for i := range n {
+		if err := w.Append(ctx, map[string]client.Tensor{"obs": wtRandom(i, floats)}); err != nil {
 			t.Fatal(err)
 		}
 		if err := w.CreateItem(ctx, "q", 1, []client.TrajectoryColumn{w.History("obs").At(-1).Squeeze()}); err != nil {
