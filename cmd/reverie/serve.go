@@ -99,13 +99,14 @@ func runServe(args []string) int {
 	if *storageDir != "" {
 		cfg.Storage.Dir = *storageDir
 	}
-	if lim := server.GoMemoryLimit(cfg); lim > 0 && cfg.Validate() == nil {
-		// Keep the Go heap near the chunk data limit rather than letting
-		// it grow to twice the live heap (GOGC); GOMEMLIMIT overrides.
-		log.Info("go memory limit", "bytes", server.SetGoMemoryLimit(cfg))
-	} else if lim == 0 && cfg.Validate() == nil {
-		// Memory mode: keep the heap within the machine (memlimit.go).
-		if lim, from := setMemoryModeLimit(); from != "" {
+	if cfg.Validate() == nil {
+		if server.GoMemoryLimit(cfg) > 0 {
+			// Keep the Go heap near the chunk data limit rather than
+			// letting it grow to twice the live heap (GOGC); GOMEMLIMIT
+			// overrides.
+			log.Info("go memory limit", "bytes", server.SetGoMemoryLimit(cfg))
+		} else if lim, from := setMemoryModeLimit(); from != "" {
+			// Memory mode: keep the heap within the machine (memlimit.go).
 			log.Info("go memory limit", "bytes", lim, "share", machineMemoryShare, "of", from)
 		}
 	}
