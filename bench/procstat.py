@@ -29,14 +29,19 @@ def status_kb(pid, key):
   return None
 
 
-def machine_busy_seconds():
-  """CPU seconds spent not idle by all CPUs of the machine so far."""
+def machine_seconds():
+  """CPU seconds of all CPUs of the machine so far: (busy, steal).
+
+  busy is everything but idle and iowait, steal included. steal is time
+  the hypervisor gave to other guests while this one wanted to run; no
+  process of this machine is charged for it.
+  """
   with open('/proc/stat') as f:
     vals = [int(v) for v in f.readline().split()[1:]]
   # user nice system idle iowait irq softirq steal guest guest_nice; guest
   # time is already counted in user and nice.
   total = sum(vals[:8])
-  return (total - vals[3] - vals[4]) / _CLK_TCK
+  return (total - vals[3] - vals[4]) / _CLK_TCK, vals[7] / _CLK_TCK
 
 
 def reset_peak_rss(pid):
@@ -61,7 +66,7 @@ class Window:
     if self.pid:
       self.hwm_reset = reset_peak_rss(self.pid)
       self.cpu0 = cpu_seconds(self.pid)
-    self.busy0 = machine_busy_seconds()
+    self.machine0 = machine_seconds()
     self.t0 = time.monotonic()
     return self
 
@@ -70,11 +75,13 @@ class Window:
     if not self.pid:
       return {}
     cpu = cpu_seconds(self.pid) - self.cpu0
+    busy, steal = (b - a for a, b in zip(self.machine0, machine_seconds()))
     return {
         'pid': self.pid,
         'cpu_sec': round(cpu, 3),
         # every process on the machine, for telling how much others ran
-        'machine_busy_sec': round(machine_busy_seconds() - self.busy0, 3),
+        'machine_busy_sec': round(busy, 3),
+        'machine_steal_sec': round(steal, 3),
         'wall_sec': round(time.monotonic() - self.t0, 3),
         'peak_rss_mb': round(status_kb(self.pid, 'VmHWM') / 1024, 1),
         'rss_mb_after': round(status_kb(self.pid, 'VmRSS') / 1024, 1),

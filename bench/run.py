@@ -287,7 +287,11 @@ class Bench:
       # CPU that neither this server nor this client used: other processes
       # on the machine (the harness, other users), as a share of all CPUs.
       other = st['machine_busy_sec'] - st['cpu_sec'] - st['client_cpu_sec']
-      st['other_cpu_share'] = round(max(other, 0) / (st['wall_sec'] * os.cpu_count()), 3)
+      capacity = st['wall_sec'] * os.cpu_count()
+      st['other_cpu_share'] = round(max(other, 0) / capacity, 3)
+      # Of that, what the hypervisor gave to other guests: a noisy host.
+      if 'machine_steal_sec' in st:
+        st['steal_cpu_share'] = round(st['machine_steal_sec'] / capacity, 3)
     self.records[workload].append(rec)
     self._say(rec)
     return rec
@@ -340,7 +344,8 @@ class Bench:
         f'{rec.get("payload_bytes", "")}B x{rec.get("clients", "")}: '
         + '; '.join(parts)
         + (f'; cpu {st.get("cpu_sec_per_m_items", 0):.2f} s/M, '
-           f'peak {st.get("peak_rss_mb", 0):.0f} MB, others {100 * st.get("other_cpu_share", 0):.0f}%'
+           f'peak {st.get("peak_rss_mb", 0):.0f} MB, others {100 * st.get("other_cpu_share", 0):.0f}% '
+           f'(steal {100 * st.get("steal_cpu_share", 0):.0f}%)'
            if st else ''))
 
   # --- workloads ---------------------------------------------------------

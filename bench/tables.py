@@ -344,19 +344,29 @@ def render(outdir):
                  'rotating order; the tables show the repetition with the most items/s (the paced latency runs: '
                  'the lowest p99). All repetitions are in the JSON.')
     out.append('')
-  shares = []
+  shares = {'other_cpu_share': [], 'steal_cpu_share': []}
   for w in ('section5', 'batched', 'queue', 'prioritized', 'echo'):
     d = load(outdir, w, best=False)
     for r in (d or {}).get('runs', []):
-      v = (r.get('server_stats') or {}).get('other_cpu_share')
-      if v is not None:
-        shares.append(v)
-  if shares:
-    shares.sort()
-    out.append(f"Noise: the share of the machine's CPU used by processes other than the server and the client "
-               f"during a run (from /proc/stat) was {100 * shares[len(shares) // 2]:.0f}% at the median, "
-               f"{100 * shares[int(0.9 * (len(shares) - 1))]:.0f}% at the 90th percentile and "
-               f"{100 * shares[-1]:.0f}% at most, over {len(shares)} runs.")
+      for k, vals in shares.items():
+        v = (r.get('server_stats') or {}).get(k)
+        if v is not None:
+          vals.append(v)
+
+  def spread(vals):
+    vals = sorted(vals)
+    return (f'{100 * vals[len(vals) // 2]:.0f}% at the median, '
+            f'{100 * vals[int(0.9 * (len(vals) - 1))]:.0f}% at the 90th percentile and '
+            f'{100 * vals[-1]:.0f}% at most')
+
+  if shares['other_cpu_share']:
+    line = (f"Noise: the share of the machine's CPU used by processes other than the server and the client "
+            f"during a run (from /proc/stat) was {spread(shares['other_cpu_share'])}, over "
+            f"{len(shares['other_cpu_share'])} runs.")
+    if shares['steal_cpu_share']:
+      line += (f" Time stolen by the hypervisor for other guests, part of that share, was "
+               f"{spread(shares['steal_cpu_share'])}.")
+    out.append(line)
     out.append('')
   t = targets(outdir)
   if t:
