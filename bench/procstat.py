@@ -33,8 +33,7 @@ def machine_seconds():
   """CPU seconds of all CPUs of the machine so far: (busy, steal).
 
   busy is everything but idle and iowait, steal included. steal is time
-  the hypervisor gave to other guests while this one wanted to run; no
-  process of this machine is charged for it.
+  the hypervisor gave to other guests while this one had work to run.
   """
   with open('/proc/stat') as f:
     vals = [int(v) for v in f.readline().split()[1:]]

@@ -289,7 +289,7 @@ class Bench:
       other = st['machine_busy_sec'] - st['cpu_sec'] - st['client_cpu_sec']
       capacity = st['wall_sec'] * os.cpu_count()
       st['other_cpu_share'] = round(max(other, 0) / capacity, 3)
-      # Of that, what the hypervisor gave to other guests: a noisy host.
+      # Beside it, what the hypervisor gave to other guests: a noisy host.
       if 'machine_steal_sec' in st:
         st['steal_cpu_share'] = round(st['machine_steal_sec'] / capacity, 3)
     self.records[workload].append(rec)

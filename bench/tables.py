@@ -364,8 +364,7 @@ def render(outdir):
             f"during a run (from /proc/stat) was {spread(shares['other_cpu_share'])}, over "
             f"{len(shares['other_cpu_share'])} runs.")
     if shares['steal_cpu_share']:
-      line += (f" Time stolen by the hypervisor for other guests, part of that share, was "
-               f"{spread(shares['steal_cpu_share'])}.")
+      line += (f" Time the hypervisor gave to other guests (steal, from /proc/stat) was {spread(shares['steal_cpu_share'])}.")
     out.append(line)
     out.append('')
   t = targets(outdir)
