@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -281,5 +282,58 @@ func TestBufferPool(t *testing.T) {
 	}
 	if b := p.Get(600); len(*b) != 600 {
 		t.Fatalf("Get(600) has length %d", len(*b))
+	}
+}
+
+// touched keeps BenchmarkSendSamples's reads.
+var touched uint64
+
+// BenchmarkSendSamples frames batches of 128 samples drawn at random from
+// a store of 400-byte chunks, with and without asking for their bytes
+// ahead of the copy (prefetchAhead). With 2^19 chunks (about 300 MB) the
+// chunks are not in any cache, as in a full replay table; with 2^12 they
+// are.
+func BenchmarkSendSamples(b *testing.B) {
+	for _, n := range []int{1 << 12, 1 << 19} {
+		store := chunkstore.New()
+		items := make([]table.Item, n)
+		traj := table.EncodeTrajectory(&reverbpb.FlatTrajectory{Columns: []*reverbpb.FlatTrajectory_Column{{
+			ChunkSlices: []*reverbpb.FlatTrajectory_ChunkSlice{{ChunkKey: 1, Length: 1}}, Squeeze: true}}})
+		payload := make([]byte, 400)
+		for i := range items {
+			payload[0], payload[1], payload[2] = byte(i), byte(i>>8), byte(i>>16)
+			c := store.Insert(&reverbpb.ChunkData{ChunkKey: uint64(i + 1), SequenceRange: &reverbpb.SequenceRange{EpisodeId: uint64(i)},
+				Data: &reverbpb.ChunkData_Data{Tensors: []*tensorflowpb.TensorProto{{TensorContent: payload}}}})
+			items[i] = table.Item{Key: uint64(i + 1), Priority: 1, Trajectory: traj, Chunks: []*chunkstore.Chunk{c}}
+		}
+		rng := rand.New(rand.NewPCG(1, 2))
+		batch := make([]table.Sampled, 128)
+		for _, ahead := range []int{0, prefetchAhead} {
+			b.Run(fmt.Sprintf("items=%d/prefetch=%d", n, ahead), func(b *testing.B) {
+				defer func(old int) { prefetchAhead = old }(prefetchAhead)
+				prefetchAhead = ahead
+				var rb responseBuilder
+				var sink uint64
+				send := func(m *rawMessage) error { m.data.Free(); return nil }
+				for b.Loop() {
+					for i := range batch {
+						batch[i] = table.Sampled{Item: items[rng.IntN(n)], Probability: 1 / float64(n), TableSize: int64(n)}
+					}
+					// As the table does before it hands samples over
+					// (Table.drawAheadLocked).
+					for i := range batch {
+						sink ^= batch[i].Item.Chunks[0].Touch()
+					}
+					if err := rb.sendSamples("replay", batch, send); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(batch)), "ns/sample")
+				touched = sink
+			})
+		}
+		for i := range items {
+			items[i].Chunks[0].Unref()
+		}
 	}
 }

@@ -105,3 +105,29 @@ func testConcurrentSharing(t *testing.T, s *Store) {
 		t.Fatalf("store holds %d chunks (%d bytes) after every reference was dropped", s.Len(), s.Bytes())
 	}
 }
+
+// TestPrefetchEncoded: asking for a chunk's bytes ahead changes nothing,
+// for chunks of every size (a few bytes, unaligned, past the bound) and in
+// every mode (the tiered ones do nothing, since their data may be on disk).
+func TestPrefetchEncoded(t *testing.T) {
+	forEachMode(t, func(t *testing.T, s *Store) {
+		for i, n := range []int{0, 1, 63, 65, 400, prefetchEncodedMax + 100} {
+			key := uint64(i + 1)
+			c := s.Insert(payloadChunk(key, n))
+			want, err := c.Encoded()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want = append([]byte(nil), want...)
+			c.PrefetchEncoded()
+			got, err := c.Encoded()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != string(want) {
+				t.Fatalf("chunk of %d bytes changed by PrefetchEncoded", n)
+			}
+			c.Unref()
+		}
+	})
+}
