@@ -164,8 +164,9 @@ def paced_table(data):
   runs = [r for r in data['runs'] if r['client'] == 'paced']
   if not runs:
     return []
-  out = ['| payload | offered load | server | offered items/s | got items/s | p50 | p99 | p999 | late requests | server CPU s/M items |',
-         '|---|---|---|--:|--:|--:|--:|--:|--:|--:|']
+  out = ['| payload | offered load | server | offered items/s | got items/s | p50 | p99 | p999 | late requests '
+         '| client timer late p50 / p99 | server CPU s/M items |',
+         '|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|']
   for r in sorted(runs, key=lambda r: (r['payload_bytes'], r['rate_basis'], r['server'])):
     sat = r['saturation_items_per_sec']
     if r['rate_basis'] == 'own':
@@ -173,9 +174,15 @@ def paced_table(data):
     else:
       basis = 'half the lower saturation (' + ', '.join(f'{NAMES[k]} {fnum(v)}/s' for k, v in sorted(sat.items())) + ')'
     s = r['sample']
+    # How late the paced client's timer woke it before its requests, which
+    # bench/paced leaves out of their latency; "–" in older results.
+    wake = fms(None)
+    if 'client_wake_late_p99_ms' in r:
+      wake = f"{fms(r['client_wake_late_p50_ms'])} / {fms(r['client_wake_late_p99_ms'])}"
     out.append(f"| {payload_name(r['payload_bytes'])} | {basis} | {NAMES[r['server']]} "
                f"| {fnum(r['offered_items_per_sec'])} | {fnum(s['items_per_sec'])} | {fms(s['p50_ms'])} "
-               f"| **{fms(s['p99_ms'])}** | {fms(s['p999_ms'])} | {r['late_requests']} | {fnum(stat(r, 'cpu_sec_per_m_items'))} |")
+               f"| **{fms(s['p99_ms'])}** | {fms(s['p999_ms'])} | {r['late_requests']} | {wake} "
+               f"| {fnum(stat(r, 'cpu_sec_per_m_items'))} |")
   out.append('')
   return out
 
