@@ -9,8 +9,9 @@
 // idle up to about a millisecond late (time.Sleep of 0.2-1.8 ms overslept
 // by 0.6 ms at the median and 1.1 ms at the 99th percentile on the
 // development machine), and that lateness is the client's, not the
-// server's. The report gives it as client_wake_late_p50_ms and _p99_ms. It speaks the Reverb protocol directly
-// (api/reverbpb), so it works against Reverb's server too.
+// server's. The report gives it as client_wake_late_p50_ms and _p99_ms.
+// It speaks the Reverb protocol directly (api/reverbpb), so it works
+// against Reverb's server too.
 //
 //	paced --addr 127.0.0.1:N --table replay --rate 50000 --batch 16 \
 //	    --clients 8 --duration 3s --json
@@ -194,7 +195,7 @@ func run(addr, table string, rate float64, batch, clients int, duration time.Dur
 	elapsed := time.Since(start)
 	rep := &report{Mode: "sample", Addr: addr, Table: table, Clients: clients, Batch: batch,
 		OfferedPerSec: rate, DurationSec: duration.Seconds(),
-		Latency: fmt.Sprintf("per request of %d samples: from its scheduled send time to its last sample", batch)}
+		Latency: fmt.Sprintf("per request of %d samples: from its scheduled send time (or, if the client's timer woke it after that, from its wake-up) to its last sample", batch)}
 	k := &kindReport{Clients: clients, Seconds: elapsed.Seconds()}
 	var all, wake []time.Duration
 	for i := range results {
@@ -214,7 +215,7 @@ func run(addr, table string, rate float64, batch, clients int, duration time.Dur
 	k.P50Ms, k.P99Ms, k.P999Ms = quantile(all, 0.5), quantile(all, 0.99), quantile(all, 0.999)
 	rep.WakeLateP50Ms, rep.WakeLateP99Ms = quantile(wake, 0.5), quantile(wake, 0.99)
 	if len(all) > 0 {
-		k.MaxMs = ms(all[len(all)-1])
+		k.MaxMs = ms(all[len(all)-1]) // quantile sorted all
 	}
 	rep.Sample, rep.Errors = k, k.Errors
 	return rep, nil
