@@ -185,10 +185,14 @@ func (b *responseBuilder) sendSamples(tableName string, samples []table.Sampled,
 // BenchmarkSendSamples).
 var prefetchAhead = 8
 
-// prefetchChunks asks the CPU to fetch the chunk encodings of sm.
+// prefetchChunks asks the CPU to fetch the chunk encodings of sm that
+// sendSamples copies into the response. Big chunks are handed to gRPC as
+// they are stored (inlineChunkBytes) and are not read here.
 func prefetchChunks(sm *table.Sampled) {
 	for _, c := range sm.Item.Chunks {
-		c.PrefetchEncoded()
+		if c.Size() < inlineChunkBytes {
+			c.PrefetchEncoded()
+		}
 	}
 }
 
