@@ -1,8 +1,9 @@
 # Sourced by the bench scripts that measure reverie and Reverb side by side
-# outside `make bench` (bench/steady.sh, bench/permsg.sh), each in two
-# stages: the script re-runs itself with `__inner` inside a private network
-# namespace (run_inner_in_netns), and there starts both servers
-# (start_both_servers). NAME prefixes their messages.
+# outside `make bench` (bench/steady.sh, bench/permsg.sh, bench/paced-ab.sh,
+# bench/py-ab.sh), each in two stages: the script sets up (outer_stage) and
+# re-runs itself with `__inner` inside a private network namespace
+# (run_inner_in_netns), and there starts both servers (start_both_servers).
+# NAME prefixes their messages.
 
 # run_inner_in_netns NAME PY SCRIPT ARGS...: runs `bash SCRIPT __inner PY
 # ARGS...` in a private network namespace with only a loopback interface
@@ -46,4 +47,22 @@ start_both_servers() {
   echo "$name: a server did not start; logs in $dir" >&2
   cat "$dir/reverie.log" >&2
   exit 1
+}
+
+# outer_stage NAME CONFIG ARGS...: the outer stage of such a script. Builds
+# reverie, sets up the pinned dm-reverb (scripts/reverb-env.sh), writes the
+# table config CONFIG (JSON) to DIR/cfg.yaml in a fresh temporary DIR
+# (removed when the shell exits), and re-runs the calling script as
+# `SCRIPT __inner PY DIR ARGS...` in the private network namespace.
+outer_stage() {
+  local name=$1 config=$2 py dir
+  shift 2
+  mkdir -p .bin/bench
+  go build -o .bin/reverie ./cmd/reverie
+  py=$(scripts/reverb-env.sh)
+  dir=$(mktemp -d)
+  # shellcheck disable=SC2064 # dir is fixed now
+  trap "rm -rf '$dir'" EXIT
+  echo "$config" >"$dir/cfg.yaml"
+  run_inner_in_netns "$name" "$py" "$0" "$dir" "$@"
 }

@@ -18,7 +18,7 @@ source bench/both-servers.sh
 
 if [[ ${1:-} == __inner ]]; then
   shift
-  py=$1 payload=$2 rate=$3 secs=$4 rounds=$5 dir=$6 max=$7
+  py=$1 dir=$2 payload=$3 rate=$4 secs=$5 rounds=$6 max=$7
   start_both_servers paced-ab "$py" "$dir"
   for s in reverb reverie; do
     .bin/reverie bench --addr "${addr[$s]}" --table t --mode insert --payload "$payload" \
@@ -65,11 +65,8 @@ PY
 fi
 
 payload=${1:?payload bytes} rate=${2:?samples per second} secs=${3:-2} rounds=${4:-6}
-go build -o .bin/reverie ./cmd/reverie
+mkdir -p .bin/bench
 go build -o .bin/bench/paced ./bench/paced
-py=$(scripts/reverb-env.sh)
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
 max=$((payload > 1000 ? 1000000000 / payload : 1000000))
-echo "{\"tables\": [{\"name\": \"t\", \"sampler\": \"uniform\", \"remover\": \"fifo\", \"max_size\": $max, \"rate_limiter\": {\"min_size\": 1}}]}" >"$dir/cfg.yaml"
-run_inner_in_netns paced-ab "$py" "$0" "$payload" "$rate" "$secs" "$rounds" "$dir" "$max"
+outer_stage paced-ab "{\"tables\": [{\"name\": \"t\", \"sampler\": \"uniform\", \"remover\": \"fifo\", \"max_size\": $max, \"rate_limiter\": {\"min_size\": 1}}]}" \
+  "$payload" "$rate" "$secs" "$rounds" "$max"

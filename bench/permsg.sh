@@ -22,7 +22,7 @@ source bench/both-servers.sh
 
 if [[ ${1:-} == __inner ]]; then
   shift
-  py=$1 secs=$2 rounds=$3 rate=$4 dir=$5
+  py=$1 dir=$2 secs=$3 rounds=$4 rate=$5
   shift 5
   start_both_servers permsg "$py" "$dir"
   for r in $(seq "$rounds"); do
@@ -64,10 +64,5 @@ fi
 secs=${1:-3} rounds=${2:-3} rate=${3:-20000}
 shift $(($# < 3 ? $# : 3))
 mkdir -p .bin/bench
-go build -o .bin/reverie ./cmd/reverie
 go build -o .bin/bench/permsg ./bench/permsg
-py=$(scripts/reverb-env.sh)
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-echo '{"tables": [{"name": "s5_400", "sampler": "uniform", "remover": "fifo", "max_size": 1000000, "rate_limiter": {"min_size": 1}}]}' >"$dir/cfg.yaml"
-run_inner_in_netns permsg "$py" "$0" "$secs" "$rounds" "$rate" "$dir" "$@"
+outer_stage permsg '{"tables": [{"name": "s5_400", "sampler": "uniform", "remover": "fifo", "max_size": 1000000, "rate_limiter": {"min_size": 1}}]}' "$secs" "$rounds" "$rate" "$@"

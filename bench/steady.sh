@@ -22,7 +22,7 @@ source bench/both-servers.sh
 
 if [[ ${1:-} == __inner ]]; then
   shift
-  py=$1 mode=$2 secs=$3 rounds=$4 dir=$5
+  py=$1 dir=$2 mode=$3 secs=$4 rounds=$5
   shift 5
   start_both_servers steady "$py" "$dir"
   for s in reverb reverie; do
@@ -67,9 +67,4 @@ fi
 
 mode=${1:-insert} secs=${2:-3} rounds=${3:-4}
 shift $(($# < 3 ? $# : 3))
-go build -o .bin/reverie ./cmd/reverie
-py=$(scripts/reverb-env.sh)
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-echo '{"tables": [{"name": "s5_400", "sampler": "uniform", "remover": "fifo", "max_size": 1000000, "rate_limiter": {"min_size": 1}}]}' >"$dir/cfg.yaml"
-run_inner_in_netns steady "$py" "$0" "$mode" "$secs" "$rounds" "$dir" "$@"
+outer_stage steady '{"tables": [{"name": "s5_400", "sampler": "uniform", "remover": "fifo", "max_size": 1000000, "rate_limiter": {"min_size": 1}}]}' "$mode" "$secs" "$rounds" "$@"
