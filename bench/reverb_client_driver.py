@@ -31,6 +31,10 @@ process, not the server, is usually the limit: see docs/benchmarks.md).
 For `sample` and `mixed` the table is first prefilled (not counted) up to
 min(1000 items, 64 MB) as reverie bench does, if it holds less.
 
+Actors in Acme and learners' samplers usually run in processes of their
+own; `--start-at` lets several driver processes, started together, measure
+one window (bench/py-ab.sh).
+
 With several `--clients` values (and `--target`s, and `--reps`) the runs are
 made one after another in this process (so TensorFlow is imported once). Each prints one JSON line with the
 fields of `reverie bench --json` (`insert`/`sample`: items, bytes, seconds,
@@ -227,6 +231,11 @@ def run(args, clients, addr, server_pid, target):
   # the window.
   wstats = [Stats() for _ in range(writers)]
   sstats = [Stats() for _ in range(samplers)]
+  late = None
+  if args.start_at:
+    # Several driver processes measure one window together (bench/py-ab.sh).
+    late = time.time() - args.start_at
+    time.sleep(max(0.0, -late))
   window = procstat.Window(server_pid).start()
   ru0 = resource.getrusage(resource.RUSAGE_SELF)
   start = time.monotonic()
@@ -281,6 +290,8 @@ def run(args, clients, addr, server_pid, target):
   if samplers:
     rep['sample'] = kind_report(samplers, sstats, start)
     rep['latency_definition']['sample'] = SAMPLE_NOTE
+  if late is not None:
+    rep['start_late_sec'] = round(max(0.0, late), 3)
   rep['errors'] = sum(rep[k]['errors'] for k in ('insert', 'sample') if k in rep)
   if server:
     rep['server'] = server
@@ -316,6 +327,12 @@ def main(argv):
                  'order rotating), so that background load hits them alike')
   p.add_argument('--reps', type=int, default=1,
                  help='runs per client count and target')
+  p.add_argument('--start-at', type=float, default=0,
+                 help='wall-clock time (seconds since the epoch) at which '
+                 'the measured window starts, after connecting and '
+                 'prefilling, so that several driver processes started '
+                 'together measure the same window; needs one client '
+                 'count, one target and one rep')
   args = p.parse_args(argv[1:])
   targets = []
   for t in args.target:
@@ -328,6 +345,8 @@ def main(argv):
   counts = [int(c) for c in args.clients.split(',')]
   if args.mode == 'mixed' and (len(counts) != 1 or len(targets) != 1 or args.reps != 1):
     p.error('--mode mixed takes one --clients value, one target, one rep')
+  if args.start_at and (len(counts) != 1 or len(targets) != 1 or args.reps != 1):
+    p.error('--start-at takes one --clients value, one target, one rep')
   if args.mode == 'mixed' and counts[0] < 2:
     p.error('--mode mixed needs at least 2 clients')
   errors = 0
