@@ -7,8 +7,9 @@
 #   bench/py-ab.sh MODE PAYLOAD PROCS THREADS [SECONDS] [ROUNDS]
 #
 # MODE: insert | sample, on the section-5 table of PAYLOAD bytes (uniform,
-# FIFO, MinSize(1)); for sample, `reverie bench` first puts 20,000 items in
-# both servers. SECONDS per run (default 3), ROUNDS (default 3).
+# FIFO, MinSize(1)). `reverie bench` first fills both tables (insert: past
+# max_size, so that every measured insert evicts; sample: 20,000 items).
+# SECONDS per run (default 3), ROUNDS (default 3).
 #
 # `make bench` runs every dm-reverb client as a thread of one process, the
 # way one Python program would drive several; the client's threads then
@@ -26,14 +27,15 @@ source bench/both-servers.sh
 
 if [[ ${1:-} == __inner ]]; then
   shift
-  py=$1 dir=$2 mode=$3 payload=$4 procs=$5 threads=$6 secs=$7 rounds=$8
+  py=$1 dir=$2 mode=$3 payload=$4 procs=$5 threads=$6 secs=$7 rounds=$8 max=$9
   start_both_servers py-ab "$py" "$dir"
-  if [[ $mode == sample ]]; then
-    for s in reverb reverie; do
-      .bin/reverie bench --addr "${addr[$s]}" --table "s5_$payload" --mode insert --payload "$payload" \
-        --clients 4 --items 20000 >/dev/null
-    done
-  fi
+  # Inserts are measured on full tables, every insert evicting.
+  fill=20000
+  [[ $mode == insert ]] && fill=$((max + max / 10))
+  for s in reverb reverie; do
+    .bin/reverie bench --addr "${addr[$s]}" --table "s5_$payload" --mode insert --payload "$payload" \
+      --clients 4 --items "$fill" >/dev/null
+  done
   for r in $(seq "$rounds"); do
     order="reverb reverie"
     ((r % 2 == 0)) && order="reverie reverb"
@@ -86,4 +88,4 @@ mode=${1:?insert or sample} payload=${2:?payload bytes} procs=${3:?processes} th
 secs=${5:-3} rounds=${6:-3}
 max=$((payload > 1000 ? 1000000000 / payload : 1000000))
 outer_stage py-ab "{\"tables\": [{\"name\": \"s5_$payload\", \"sampler\": \"uniform\", \"remover\": \"fifo\", \"max_size\": $max, \"rate_limiter\": {\"min_size\": 1}}]}" \
-  "$mode" "$payload" "$procs" "$threads" "$secs" "$rounds"
+  "$mode" "$payload" "$procs" "$threads" "$secs" "$rounds" "$max"
