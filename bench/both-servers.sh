@@ -4,6 +4,7 @@
 # re-runs itself with `__inner` inside a private network namespace
 # (run_inner_in_netns), and there starts both servers (start_both_servers).
 # NAME prefixes their messages.
+# round_ratios prints the per-round comparisons of steady.sh and py-ab.sh.
 
 # run_inner_in_netns NAME PY SCRIPT ARGS...: runs `bash SCRIPT __inner PY
 # ARGS...` in a private network namespace with only a loopback interface
@@ -65,4 +66,21 @@ outer_stage() {
   trap "rm -rf '$dir'" EXIT
   echo "$config" >"$dir/cfg.yaml"
   run_inner_in_netns "$name" "$py" "$0" "$dir" "$@"
+}
+
+# round_ratios RUNS LABEL...: prints, for each round, reverie's figures over
+# Reverb's. RUNS has one line per run, "ROUND SERVER VALUE...", with one
+# LABEL per value.
+round_ratios() {
+  python3 - "$@" <<'PY'
+import collections, sys
+path, labels = sys.argv[1], sys.argv[2:]
+runs = collections.defaultdict(dict)
+for line in open(path):
+  rnd, server, *vals = line.split()
+  runs[int(rnd)][server] = [float(x) for x in vals]
+for rnd, s in sorted(runs.items()):
+  v, b = s['reverie'], s['reverb']
+  print(f'round {rnd}: reverie/Reverb ' + ', '.join(f'{l} {x / y:.2f}x' for l, x, y in zip(labels, v, b)))
+PY
 }

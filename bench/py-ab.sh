@@ -70,17 +70,7 @@ with open(f'{d}/runs', 'a') as f:
 PY
     done
   done
-  python3 - "$dir/runs" <<'PY'
-import collections, sys
-runs = collections.defaultdict(dict)
-for line in open(sys.argv[1]):
-  rnd, server, *v = line.split()
-  runs[int(rnd)][server] = [float(x) for x in v]
-for rnd, s in sorted(runs.items()):
-  v, b = s['reverie'], s['reverb']
-  print(f'round {rnd}: reverie/Reverb items/s {v[0] / b[0]:.2f}x, client CPU per item {v[1] / b[1]:.2f}x,'
-        f' server CPU per item {v[2] / b[2]:.2f}x')
-PY
+  round_ratios "$dir/runs" items/s "client CPU per item" "server CPU per item"
   exit 0
 fi
 

@@ -52,16 +52,7 @@ with open(f'{d}/runs', 'a') as f:
 EOF
     done
   done
-  python3 - "$dir/runs" <<'EOF'
-import collections, sys
-runs = collections.defaultdict(dict)
-for line in open(sys.argv[1]):
-  rnd, server, ips, cpu = line.split()
-  runs[rnd][server] = (float(ips), float(cpu))
-for rnd, s in sorted(runs.items()):
-  v, b = s['reverie'], s['reverb']
-  print(f'round {rnd}: reverie/Reverb items/s {v[0] / b[0]:.2f}x, server CPU per item {v[1] / b[1]:.2f}x')
-EOF
+  round_ratios "$dir/runs" items/s "server CPU per item"
   exit 0
 fi
 
