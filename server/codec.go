@@ -26,10 +26,13 @@ import (
 //   - *rawMessage, a message already encoded (a SampleStreamResponse built
 //     from stored chunk bytes), sent as it is.
 type codec struct {
-	proto encoding.CodecV2
+	proto  encoding.CodecV2
+	chunks *chunkstore.Store // large chunks are copied into its buffers
 }
 
-func newCodec() *codec { return &codec{proto: encoding.GetCodecV2(protocodec.Name)} }
+func newCodec(chunks *chunkstore.Store) *codec {
+	return &codec{proto: encoding.GetCodecV2(protocodec.Name), chunks: chunks}
+}
 
 // Name is the proto codec's: the wire format does not change.
 func (c *codec) Name() string { return protocodec.Name }
@@ -43,7 +46,7 @@ func (c *codec) Marshal(v any) (mem.BufferSlice, error) {
 
 func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
 	if m, ok := v.(*insertRequest); ok {
-		m.decode(data)
+		m.decodeInto(data, c.chunks)
 		return nil // a decoding error is in m.err, for the handler to report
 	}
 	return c.proto.Unmarshal(data, v)
@@ -105,6 +108,9 @@ type wireItem struct {
 type encodedChunk struct {
 	meta chunkstore.Meta
 	enc  []byte
+	// fromStore: enc came from the chunk store's AllocChunk, for
+	// InsertOwned.
+	fromStore bool
 }
 
 // InsertStreamRequest field numbers.
@@ -123,8 +129,13 @@ var (
 // would decode it, with the chunks kept as bytes: fields in an unexpected
 // wire type are skipped as unknown, and a chunk is accepted exactly when
 // it would decode. Any failure is recorded in m.err.
-func (m *insertRequest) decode(data mem.BufferSlice) {
+func (m *insertRequest) decode(data mem.BufferSlice) { m.decodeInto(data, nil) }
+
+// decodeInto is decode, with the bytes of large chunks copied into buffers
+// from store (AllocChunk) if it is not nil.
+func (m *insertRequest) decodeInto(data mem.BufferSlice, store *chunkstore.Store) {
 	r := newSliceReader(data)
+	r.store = store
 	if err := m.decodeFrom(r); err != nil {
 		m.err = fmt.Errorf("%w: %v", ErrInvalidRequest, err)
 	}
@@ -202,7 +213,7 @@ func (m *insertRequest) fieldName(num protowire.Number) string {
 func (m *insertRequest) decodeBytesField(num protowire.Number, r *sliceReader, n int) error {
 	switch num {
 	case insertChunksField:
-		enc := r.copy(n)
+		enc, fromStore := r.copyChunk(n)
 		if err := chunkValidator.Check(enc); err != nil {
 			if e := new(pbvalid.Error); errors.As(err, &e) && e.Path != "" {
 				return fmt.Errorf("%s.%v", m.fieldName(num), err)
@@ -213,7 +224,7 @@ func (m *insertRequest) decodeBytesField(num protowire.Number, r *sliceReader, n
 		if err != nil {
 			return fmt.Errorf("%s: %v", m.fieldName(num), err) // unreachable after Check
 		}
-		m.chunks = append(m.chunks, encodedChunk{meta: meta, enc: enc})
+		m.chunks = append(m.chunks, encodedChunk{meta: meta, enc: enc, fromStore: fromStore})
 	case insertItemsField:
 		b := r.next(n)
 		if err := itemValidator.Check(b); err != nil {
@@ -294,6 +305,8 @@ type sliceReader struct {
 	read  int      // bytes read so far
 	tmp   []byte   // holds values that span buffers
 	views [][]byte // scratch for copy
+	// store, if not nil, provides the buffers of large chunks (copyChunk).
+	store *chunkstore.Store
 }
 
 func newSliceReader(data mem.BufferSlice) *sliceReader {
@@ -383,6 +396,21 @@ func (r *sliceReader) next(n int) []byte {
 		r.tmp = append(r.tmp, v...)
 	}
 	return r.tmp
+}
+
+// copyChunk reads n <= len() bytes of a chunk's encoding into a buffer of
+// r.store's if it has one for n bytes (then fromStore), else as copy does.
+func (r *sliceReader) copyChunk(n int) (b []byte, fromStore bool) {
+	if r.store != nil {
+		if b = r.store.AllocChunk(n); b != nil {
+			k := 0
+			for _, v := range r.viewList(n) {
+				k += copy(b[k:], v)
+			}
+			return b, true
+		}
+	}
+	return r.copy(n), false
 }
 
 // copy reads n <= len() bytes into a new slice.

@@ -1,5 +1,7 @@
 package server
 
+import "github.com/reverie-rl/reverie/internal/chunkstore"
+
 // SetCheckpointHook makes s call f at each stage of writing a checkpoint:
 // "snapshot" (every table's snapshot begun, nothing copied), "captured"
 // (a table's pages all copied), "item" (its first item written),
@@ -35,3 +37,12 @@ func init() {
 	// Tests catch any use of one of gRPC's read buffers after it was freed.
 	transportPool.Poison = true
 }
+
+func init() {
+	// Tests catch any read of a chunk's bytes after its buffer was given
+	// back for reuse.
+	chunkstore.PoisonRecycled = true
+}
+
+// ChunkFreeStats reports the reuse of s's chunk buffers.
+func ChunkFreeStats(s *Server) chunkstore.FreeStats { return s.chunks.FreeStats() }

@@ -114,7 +114,11 @@ func (is *insertStream) handle(ctx context.Context, req *insertRequest, confirm 
 		if _, ok := is.held[ch.meta.Key]; ok {
 			continue // the first copy on a stream wins
 		}
-		is.held[ch.meta.Key] = is.srv.chunks.InsertEncoded(ch.meta, ch.enc)
+		if ch.fromStore {
+			is.held[ch.meta.Key] = is.srv.chunks.InsertOwned(ch.meta, ch.enc)
+		} else {
+			is.held[ch.meta.Key] = is.srv.chunks.InsertEncoded(ch.meta, ch.enc)
+		}
 	}
 	if len(req.items) == 0 {
 		// Reverb ignores keep_chunk_keys on chunk-only requests.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/reverie-rl/reverie/api/reverbpb"
+	"github.com/reverie-rl/reverie/internal/chunkstore"
 	"github.com/reverie-rl/reverie/internal/table"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -118,18 +119,20 @@ const inlineChunkBytes = 16 << 10
 // encodings as they are stored, so that chunks are never decoded or
 // re-encoded on the sample path. Not safe for concurrent use.
 type responseBuilder struct {
-	buf    []byte    // the response's tags, lengths, infos and small chunks
-	bufp   *[]byte   // the pool's handle on buf
-	segs   []segment // the big chunks, and where they go in buf
-	chunks int       // chunk bytes in the response
-	info   []byte    // scratch: the encoded SampleInfo of a sample
-	encs   [][]byte  // scratch: the chunk encodings of a sample
+	buf    []byte              // the response's tags, lengths, infos and small chunks
+	bufp   *[]byte             // the pool's handle on buf
+	segs   []segment           // the big chunks, and where they go in buf
+	chunks int                 // chunk bytes in the response
+	info   []byte              // scratch: the encoded SampleInfo of a sample
+	encs   [][]byte            // scratch: the chunk encodings of a sample
+	owners []*chunkstore.Chunk // scratch: the chunk of each of encs
 }
 
-// segment: big comes after buf[:end].
+// segment: big, the encoding of chunk, comes after buf[:end].
 type segment struct {
-	end int
-	big []byte
+	end   int
+	big   []byte
+	chunk *chunkstore.Chunk
 }
 
 // sendSamples frames samples into responses: each sample's first entry
@@ -139,7 +142,10 @@ type segment struct {
 // be read ends the request with an error naming it, after the responses
 // already sent (which hold no part of that sample).
 func (b *responseBuilder) sendSamples(tableName string, samples []table.Sampled, send func(*rawMessage) error) error {
-	defer func() { clear(b.encs[:cap(b.encs)]) }() // drop the references to chunk bytes
+	defer func() { // drop the references to chunks and their bytes
+		clear(b.encs[:cap(b.encs)])
+		clear(b.owners[:cap(b.owners)])
+	}()
 	for i := range min(prefetchAhead, len(samples)) {
 		prefetchChunks(&samples[i])
 	}
@@ -148,7 +154,7 @@ func (b *responseBuilder) sendSamples(tableName string, samples []table.Sampled,
 			prefetchChunks(&samples[i+prefetchAhead])
 		}
 		sm := &samples[i]
-		b.encs = b.encs[:0]
+		b.encs, b.owners = b.encs[:0], b.owners[:0]
 		for _, c := range sm.Item.Chunks {
 			enc, err := c.Encoded()
 			if err != nil {
@@ -156,6 +162,7 @@ func (b *responseBuilder) sendSamples(tableName string, samples []table.Sampled,
 				return fmt.Errorf("sampling item %d of table %q: %w", sm.Item.Key, tableName, err)
 			}
 			b.encs = append(b.encs, enc)
+			b.owners = append(b.owners, c)
 		}
 		info := appendSampleInfo(b.info[:0], tableName, sm)
 		b.info = info
@@ -163,14 +170,14 @@ func (b *responseBuilder) sendSamples(tableName string, samples []table.Sampled,
 		for j, enc := range b.encs {
 			b.chunks += len(enc)
 			if b.chunks >= maxResponseChunkBytes && j < len(b.encs)-1 {
-				b.appendEntry(info, b.encs[start:j+1], false)
+				b.appendEntry(info, b.encs[start:j+1], b.owners[start:j+1], false)
 				if err := b.flush(send); err != nil {
 					return err
 				}
 				info, start = nil, j+1
 			}
 		}
-		b.appendEntry(info, b.encs[start:], true)
+		b.appendEntry(info, b.encs[start:], b.owners[start:], true)
 		if b.chunks >= maxResponseChunkBytes {
 			if err := b.flush(send); err != nil {
 				return err
@@ -197,8 +204,8 @@ func prefetchChunks(sm *table.Sampled) {
 }
 
 // appendEntry appends a SampleEntry to the response: info (if not nil),
-// encs as data, and end_of_sequence if end.
-func (b *responseBuilder) appendEntry(info []byte, encs [][]byte, end bool) {
+// encs (the encodings of owners) as data, and end_of_sequence if end.
+func (b *responseBuilder) appendEntry(info []byte, encs [][]byte, owners []*chunkstore.Chunk, end bool) {
 	n := 0
 	if info != nil {
 		n += 1 + protowire.SizeBytes(len(info))
@@ -215,14 +222,14 @@ func (b *responseBuilder) appendEntry(info []byte, encs [][]byte, end bool) {
 		b.buf = protowire.AppendTag(b.buf, entryInfoField, protowire.BytesType)
 		b.buf = protowire.AppendBytes(b.buf, info)
 	}
-	for _, e := range encs {
+	for i, e := range encs {
 		b.buf = protowire.AppendTag(b.buf, entryDataField, protowire.BytesType)
 		if len(e) < inlineChunkBytes {
 			b.buf = protowire.AppendBytes(b.buf, e)
 			continue
 		}
 		b.buf = protowire.AppendVarint(b.buf, uint64(len(e)))
-		b.segs = append(b.segs, segment{end: len(b.buf), big: e})
+		b.segs = append(b.segs, segment{end: len(b.buf), big: e, chunk: owners[i]})
 	}
 	if end {
 		b.buf = protowire.AppendTag(b.buf, entryEndField, protowire.VarintType)
@@ -239,7 +246,9 @@ func (b *responseBuilder) flush(send func(*rawMessage) error) error {
 	// handed over rather than copied: buf goes to gRPC, which returns it
 	// to responseBufs once written, and the next response takes another.
 	// Big chunks are handed over as they are stored (stored bytes are
-	// never modified).
+	// not modified while the chunk is live or pinned), each pinned until
+	// gRPC frees it: the sample's own pin ends when sendSamples returns,
+	// before gRPC has written them.
 	if b.bufp == nil {
 		b.bufp = new([]byte)
 	}
@@ -253,7 +262,7 @@ func (b *responseBuilder) flush(send func(*rawMessage) error) error {
 			part, rest = mem.SplitUnsafe(rest, sg.end-start)
 			data = append(data, part)
 		}
-		data = append(data, mem.SliceBuffer(sg.big))
+		data = append(data, handOver(sg))
 		start = sg.end
 	}
 	if start < len(b.buf) {
@@ -266,6 +275,28 @@ func (b *responseBuilder) flush(send func(*rawMessage) error) error {
 	b.reset()
 	return send(&rawMessage{data: data})
 }
+
+// handOver returns the buffer of a big chunk in a response. If the chunk's
+// bytes may be reused once it is unpinned, it pins the chunk until gRPC
+// frees the buffer.
+func handOver(sg segment) mem.Buffer {
+	if sg.chunk == nil || !sg.chunk.NeedsPin() {
+		return mem.SliceBuffer(sg.big)
+	}
+	sg.chunk.Pin()
+	p := &chunkPin{chunk: sg.chunk, b: sg.big}
+	return mem.NewBuffer(&p.b, p)
+}
+
+// chunkPin is the mem.BufferPool of one handed-over chunk: freeing the
+// buffer unpins the chunk.
+type chunkPin struct {
+	chunk *chunkstore.Chunk
+	b     []byte
+}
+
+func (p *chunkPin) Get(int) *[]byte { panic("server: chunkPin.Get") } // only freed into
+func (p *chunkPin) Put(*[]byte)     { p.chunk.Unpin() }
 
 func (b *responseBuilder) reset() {
 	clear(b.segs) // drop the references to chunk bytes

@@ -186,7 +186,7 @@ func New(cfg Config) (*Server, error) {
 		grpc.InitialConnWindowSize(ConnWindowBytes),
 		grpc.WriteBufferSize(writeBufferBytes),
 		// Chunks pass through as the bytes they arrived in (codec.go).
-		grpc.ForceServerCodecV2(newCodec()),
+		grpc.ForceServerCodecV2(newCodec(s.chunks)),
 		// Read buffers are not zeroed before gRPC reads into them.
 		experimental.BufferPool(transportPool),
 		// Idle writers and blocked samplers keep streams open for long;

@@ -31,7 +31,8 @@ type Store struct {
 	shards [numShards]shard
 	count  atomic.Int64
 	bytes  atomic.Int64
-	tier   *tier // nil in memory mode
+	tier   *tier    // nil in memory mode
+	free   freeList // memory mode: released buffers for reuse (recycle.go)
 }
 
 type shard struct {
@@ -99,6 +100,12 @@ func (s *Store) Insert(data *reverbpb.ChunkData) *Chunk {
 // held, that chunk is returned instead (with a new reference) and enc is
 // dropped: the first copy wins, as on a Reverb insert stream.
 func (s *Store) InsertEncoded(m Meta, enc []byte) *Chunk {
+	return s.insert(m, enc, false)
+}
+
+// insert is InsertEncoded; if recycle, enc is reused once the chunk is
+// released and unpinned (InsertOwned).
+func (s *Store) insert(m Meta, enc []byte, recycle bool) *Chunk {
 	c := &Chunk{
 		key:     m.Key,
 		episode: m.Episode,
@@ -106,8 +113,12 @@ func (s *Store) InsertEncoded(m Meta, enc []byte) *Chunk {
 		size:    len(enc),
 		store:   s,
 		buf:     enc,
+		recycle: recycle,
 	}
 	c.refs.Store(1)
+	if recycle {
+		c.bufRefs.Store(1) // dropped by the release
+	}
 	if s.tier != nil {
 		c.id = s.tier.nextID.Add(1)
 	}
@@ -115,6 +126,9 @@ func (s *Store) InsertEncoded(m Meta, enc []byte) *Chunk {
 	sh.mu.Lock()
 	if old := sh.m.get(m.Key); old != nil && old.tryRef() {
 		sh.mu.Unlock()
+		if recycle {
+			s.putFree(enc) // never seen by anyone else
+		}
 		return old
 	}
 	sh.set(m.Key, c)
@@ -166,6 +180,9 @@ func (s *Store) release(c *Chunk) {
 	if s.tier != nil {
 		s.tier.release(c)
 	}
+	if c.recycle {
+		c.dropBufRef()
+	}
 }
 
 // Chunk is one stored chunk. The fields a sample reads (key, store, buf)
@@ -177,12 +194,16 @@ type Chunk struct {
 	// buf is the chunk's encoding. In memory mode it never changes. In
 	// the tiered modes it and the fields at the end are guarded by
 	// store.tier.mu; buf is nil while the data is only in the spill. The
-	// bytes of a buf are never modified, so a reader may keep them after
-	// unlocking.
+	// bytes of a buf are never modified while the chunk is live or
+	// pinned, so a reader may keep them after unlocking. In memory mode a
+	// recycled buf is reused once the chunk is released and unpinned
+	// (recycle.go).
 	buf []byte
 
-	size int
-	refs atomic.Int32
+	size    int
+	refs    atomic.Int32
+	bufRefs atomic.Int32 // recycle: 1 until released, plus the pins
+	recycle bool         // buf came from AllocChunk; never changes
 
 	// The metadata never changes.
 	episode uint64
@@ -237,8 +258,9 @@ func (c *Chunk) PrefetchIndex() { c.store.Prefetch(c.key) }
 func (c *Chunk) Key() uint64 { return c.key }
 
 // Encoded returns the chunk's ChunkData encoding, as received. Callers must
-// not modify it; they may keep it as long as they like. In memory mode it
-// never fails. In the tiered modes it reads the spill if the data is not in
+// not modify it. They may keep it as long as they hold a reference or a pin
+// (the bytes of a chunk inserted with InsertOwned are reused after that).
+// In memory mode it never fails. In the tiered modes it reads the spill if the data is not in
 // memory; errors wrap ErrRead, ErrClosed or ErrReleased and name the chunk
 // key.
 func (c *Chunk) Encoded() ([]byte, error) {
@@ -302,23 +324,34 @@ func (c *Chunk) Unref() {
 
 // Pin keeps the chunk's data readable until Unpin, even if every other
 // reference is dropped meanwhile. The caller must hold a reference (or a
-// lock under which one is held) when it pins. In memory mode the data stays
-// reachable through the pointer, so Pin and Unpin do nothing; in the tiered
-// modes they add and drop a reference.
+// lock under which one is held), or a pin, when it pins. In the tiered
+// modes Pin and Unpin add and drop a reference. In memory mode they count
+// the readers of a recycled chunk's buffer, which is reused only once the
+// chunk is released and that count is zero; other chunks' data stays
+// reachable through the pointer, so for them they do nothing.
 func (c *Chunk) Pin() {
-	if c.store.tier != nil {
+	switch {
+	case c.store.tier != nil:
 		c.Ref()
+	case c.recycle:
+		if c.bufRefs.Add(1) <= 1 {
+			panic("chunkstore: Pin on a released chunk")
+		}
 	}
 }
 
-// NeedsPin reports whether Pin does anything: false in memory mode, where
-// a holder of the pointer keeps the data reachable without a pin.
-func (c *Chunk) NeedsPin() bool { return c.store.tier != nil }
+// NeedsPin reports whether Pin does anything: false for a chunk in memory
+// whose buffer is not reused, as a holder of the pointer keeps the data
+// reachable without a pin.
+func (c *Chunk) NeedsPin() bool { return c.store.tier != nil || c.recycle }
 
 // Unpin undoes Pin.
 func (c *Chunk) Unpin() {
-	if c.store.tier != nil {
+	switch {
+	case c.store.tier != nil:
 		c.Unref()
+	case c.recycle:
+		c.dropBufRef()
 	}
 }
 

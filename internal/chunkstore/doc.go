@@ -35,5 +35,13 @@
 // not own a reference to must Pin it while it is still referenced (tables
 // pin the chunks of sampled items and of items a snapshot still shows).
 //
+// # Reused buffers
+//
+// In memory mode the store reuses the buffers of released chunks of 32 KiB
+// or more for new chunks of the same size (AllocChunk, InsertOwned; see
+// recycle.go), instead of leaving them to the collector. Such a chunk's
+// bytes are overwritten once it is released and unpinned, so its readers
+// pin it as readers of tiered chunks do (NeedsPin reports it).
+//
 // Store and Chunk are safe for concurrent use.
 package chunkstore

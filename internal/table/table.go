@@ -431,9 +431,10 @@ func (t *Table) sampleLocked(out []Sampled, n int, rateLimited bool) []Sampled {
 
 // dropChunksLocked drops an item's references to its chunks. While a
 // snapshot is live it may still show the item, so chunks that need a pin
-// (those of a tiered store) stay pinned until the last live snapshot is
-// released. Chunks in memory need none: the snapshot's copy of the item
-// keeps them reachable until the snapshot has yielded it.
+// (those of a tiered store, and those whose buffer is reused once
+// released) stay pinned until the last live snapshot is released. Other
+// chunks in memory need none: the snapshot's copy of the item keeps them
+// reachable until the snapshot has yielded it.
 func (t *Table) dropChunksLocked(cs []*chunkstore.Chunk) {
 	if t.mu.liveSnapshots > 0 {
 		for _, c := range cs {
