@@ -42,16 +42,23 @@ func checkPattern(c *reverbpb.ChunkData, key uint64) error {
 	return nil
 }
 
-// TestRecycledChunksUnderChurn: the buffers of large evicted chunks are
-// reused for new ones (chunkstore's recycle.go), while samplers and
-// checkpoints still read chunks that leave the table. Every sampled and
-// every checkpointed chunk must hold its own bytes; the stores overwrite
+// TestRecycledChunksUnderChurn: the buffers of evicted chunks are reused
+// for new ones (chunkstore's recycle.go), while samplers and checkpoints
+// still read chunks that leave the table. Every sampled and every
+// checkpointed chunk must hold its own bytes; the stores overwrite
 // released buffers in tests (PoisonRecycled), so a read after reuse shows.
+// Chunks of 400 B are copied into sample responses; chunks of 48 kB are
+// handed to gRPC as they are stored.
 func TestRecycledChunksUnderChurn(t *testing.T) {
+	for _, rows := range []int{100, 12_000} {
+		t.Run(fmt.Sprintf("%dB", 4*rows), func(t *testing.T) { testRecycledChunksUnderChurn(t, rows) })
+	}
+}
+
+func testRecycledChunksUnderChurn(t *testing.T, rows int) {
 	const (
 		writers   = 2
 		perWriter = 150
-		rows      = 12_000 // 48 kB of tensor content: a reused buffer
 		maxSize   = 12
 	)
 	dir := t.TempDir()
@@ -73,7 +80,7 @@ func TestRecycledChunksUnderChurn(t *testing.T) {
 				key := uint64(1 + w*perWriter + i)
 				reqs = append(reqs, &reverbpb.InsertStreamRequest{
 					Chunks: []*reverbpb.ChunkData{patternChunk(key, rows)},
-					Items:  []*reverbpb.PrioritizedItem{item(key, "t", 1, key, 0, rows)},
+					Items:  []*reverbpb.PrioritizedItem{item(key, "t", 1, key, 0, int32(rows))},
 				})
 			}
 			if _, err := insertAll(ctx, s.Client, reqs...); err != nil {

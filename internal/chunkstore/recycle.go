@@ -1,36 +1,39 @@
 package chunkstore
 
-import "sync"
+import (
+	"math/bits"
+	"sync"
+)
 
-// Reuse of large chunk buffers (memory mode).
+// Reuse of chunk buffers (memory mode).
 //
 // In memory mode a chunk's encoding used to be left to the collector once
-// the chunk was released. For large chunks that costs twice. The collector
-// lets the heap grow to about twice the live data before it reuses any of
-// it, so a table that has just filled touches as many fresh pages again
-// (each one a page fault and the kernel zeroing it) before its evictions
-// are reused. And every large chunk is a separate large-object allocation
-// that drives the collector on. A store made by New therefore keeps the
-// buffers of released chunks of at least recycleMinBytes and hands them to
-// the next insert of a chunk of the same size class (AllocChunk and
-// InsertOwned), much as malloc reuses freed memory.
+// the chunk was released. That costs twice. The collector lets the heap
+// grow to about twice the live data before it reuses any of it, so a table
+// that has just filled touches as many fresh pages again (each one a page
+// fault and the kernel zeroing it) before its evictions are reused, and
+// the process holds about twice its data. And the chunks' bytes are most
+// of what a server allocates, so they set how often the collector runs. A
+// store made by New therefore keeps the buffers of released chunks of at
+// least recycleMinBytes and hands them to the next insert of a chunk of the
+// same size class (AllocChunk and InsertOwned), much as malloc reuses freed
+// memory.
 //
 // A reused buffer is overwritten, so nothing may read a chunk's bytes after
-// it is both released and unpinned: a large chunk inserted with InsertOwned
-// has NeedsPin true, and Pin and Unpin count the readers of its bytes. The
+// it is both released and unpinned: a chunk inserted with InsertOwned has
+// NeedsPin true, and Pin and Unpin count the readers of its bytes. The
 // buffer is reused only when the chunk is released and its count reaches
 // zero. A pin that is never dropped only keeps the buffer from reuse; the
 // collector frees it as before.
 
 const (
-	// recycleMinBytes is the smallest buffer reused: the runtime's
-	// large-object size. Smaller chunks come from size-classed spans,
-	// cheap to allocate, and are sampled at rates where pinning each
-	// chunk would cost more than it saves.
-	recycleMinBytes = 32 << 10
-	// recycleClassBytes is the granularity of the size classes: the
-	// runtime's page size, to which it rounds large objects anyway.
-	recycleClassBytes = 8 << 10
+	// recycleMinBytes is the smallest buffer reused; the encoding of a
+	// chunk holding any data is larger.
+	recycleMinBytes = 256
+	// largeObjectBytes: the runtime allocates larger objects in whole
+	// pages of pageBytes.
+	largeObjectBytes = 32 << 10
+	pageBytes        = 8 << 10
 	// maxFreeBytes bounds the free buffers kept, and so the memory a
 	// store holds beyond its chunks; freeShare bounds them to a share of
 	// the chunks' bytes, as they were at the last release of a chunk in
@@ -55,9 +58,18 @@ type freeList struct {
 	reused, kept, dropped int64
 }
 
-// classCap is the capacity of the buffers of n-byte chunks.
+// classCap is the capacity of the buffers of n-byte chunks, for n >=
+// recycleMinBytes. Classes are an eighth of a power of two apart below
+// largeObjectBytes, close to the runtime's own size classes, which round
+// such buffers up anyway; above it they are whole pages, and at least a
+// 32nd of a power of two apart, so that chunks of similar sizes share a
+// class while a buffer wastes at most about 3% of its bytes.
 func classCap(n int) int {
-	return (n + recycleClassBytes - 1) &^ (recycleClassBytes - 1)
+	step := 1 << max(bits.Len(uint(n))-4, 4)
+	if n > largeObjectBytes {
+		step = max(pageBytes, 1<<(bits.Len(uint(n))-6))
+	}
+	return (n + step - 1) &^ (step - 1)
 }
 
 // AllocChunk returns a buffer of length n for a chunk's encoding, to be

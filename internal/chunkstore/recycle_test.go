@@ -45,9 +45,12 @@ func TestAllocChunkSizes(t *testing.T) {
 	if b := s.AllocChunk(recycleMinBytes - 1); b != nil {
 		t.Fatalf("AllocChunk below the minimum returned %d bytes", cap(b))
 	}
-	b := s.AllocChunk(40_001)
-	if len(b) != 40_001 || cap(b) != 40_960 {
-		t.Fatalf("AllocChunk(40001): len %d cap %d, want 40001 and 40960", len(b), cap(b))
+	for _, c := range []struct{ n, cap int }{
+		{256, 256}, {450, 480}, {4_160, 4_608}, {40_001, 40_960}, {400_100, 401_408}, {1_000_000, 1_015_808},
+	} {
+		if b := s.AllocChunk(c.n); len(b) != c.n || cap(b) != c.cap {
+			t.Errorf("AllocChunk(%d): len %d cap %d, want cap %d", c.n, len(b), cap(b), c.cap)
+		}
 	}
 	ts, err := NewTiered(Options{Mode: Hybrid, MemoryLimit: 1 << 20, Spill: NewMemSpill()})
 	if err != nil {
@@ -62,13 +65,19 @@ func TestAllocChunkSizes(t *testing.T) {
 // TestReleasedBufferIsReused: the buffer of a released chunk goes to the
 // next chunk of its size class, and not before every pin is dropped.
 func TestReleasedBufferIsReused(t *testing.T) {
+	for _, size := range []int{400, 40_000} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) { testReleasedBufferIsReused(t, size) })
+	}
+}
+
+func testReleasedBufferIsReused(t *testing.T, size int) {
 	s := New()
 	var keep []*Chunk
 	for k := range 16 { // live bytes, so that the free list may hold some
-		c, _ := ownedChunk(t, s, uint64(100+k), 40_000)
+		c, _ := ownedChunk(t, s, uint64(100+k), size)
 		keep = append(keep, c)
 	}
-	a, abuf := ownedChunk(t, s, 1, 40_000)
+	a, abuf := ownedChunk(t, s, 1, size)
 	if !a.NeedsPin() {
 		t.Fatal("a chunk in a reused buffer needs no pin")
 	}
@@ -87,7 +96,7 @@ func TestReleasedBufferIsReused(t *testing.T) {
 	if st := s.FreeStats(); st.Kept != 1 || st.Bytes != int64(cap(abuf)) {
 		t.Fatalf("after Unpin: %+v, want the buffer kept", st)
 	}
-	b, bbuf := ownedChunk(t, s, 2, 40_000)
+	b, bbuf := ownedChunk(t, s, 2, size)
 	if !sameBuf(abuf, bbuf) {
 		t.Fatal("the next chunk of the same size got a new buffer")
 	}
@@ -100,9 +109,9 @@ func TestReleasedBufferIsReused(t *testing.T) {
 	// A chunk of another class gets a buffer of its own.
 	s.Get(2).Unref()
 	b.Unref()
-	_, cbuf := ownedChunk(t, s, 3, 60_000)
+	_, cbuf := ownedChunk(t, s, 3, 2*size)
 	if sameBuf(cbuf, bbuf) {
-		t.Fatal("a 60 kB chunk got a 40 kB chunk's buffer")
+		t.Fatal("a chunk twice as large got the buffer")
 	}
 	for _, c := range keep {
 		c.Unref()
