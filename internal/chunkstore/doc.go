@@ -37,9 +37,9 @@
 //
 // # Reused buffers
 //
-// In memory mode the store reuses the buffers of released chunks for new
-// chunks of the same size class (AllocChunk, InsertOwned; see recycle.go),
-// instead of leaving them to the collector. Such a chunk's
+// In memory mode the store reuses the buffers of released chunks of 32 KiB
+// or more for new chunks of the same size class (AllocChunk, InsertOwned;
+// see recycle.go), instead of leaving them to the collector. Such a chunk's
 // bytes are overwritten once it is released and unpinned, so its readers
 // pin it as readers of tiered chunks do (NeedsPin reports it).
 //

@@ -27,9 +27,14 @@ import (
 // collector frees it as before.
 
 const (
-	// recycleMinBytes is the smallest buffer reused; the encoding of a
-	// chunk holding any data is larger.
-	recycleMinBytes = 256
+	// recycleMinBytes is the smallest buffer reused: the runtime's
+	// large-object size. Reusing smaller chunks' buffers paid at first
+	// (400 B and 4 kB inserts cost 5-20% less server CPU), but it keeps
+	// the heap small, so that the first checkpoints under load, which
+	// keep the chunks evicted while they run, grew it into fresh memory
+	// and slowed the load they run beside (see "Reusing the buffers of
+	// released chunks" in docs/benchmarks.md).
+	recycleMinBytes = 32 << 10
 	// largeObjectBytes: the runtime allocates larger objects in whole
 	// pages of pageBytes.
 	largeObjectBytes = 32 << 10
@@ -58,12 +63,12 @@ type freeList struct {
 	reused, kept, dropped int64
 }
 
-// classCap is the capacity of the buffers of n-byte chunks, for n >=
-// recycleMinBytes. Classes are an eighth of a power of two apart below
-// largeObjectBytes, close to the runtime's own size classes, which round
-// such buffers up anyway; above it they are whole pages, and at least a
-// 32nd of a power of two apart, so that chunks of similar sizes share a
-// class while a buffer wastes at most about 3% of its bytes.
+// classCap is the capacity of the buffers of n-byte chunks. Classes are
+// an eighth of a power of two apart below largeObjectBytes, close to the
+// runtime's own size classes, which round such buffers up anyway; above
+// it they are whole pages, and at least a 32nd of a power of two apart,
+// so that chunks of similar sizes share a class while a buffer wastes at
+// most about 3% of its bytes.
 func classCap(n int) int {
 	step := 1 << max(bits.Len(uint(n))-4, 4)
 	if n > largeObjectBytes {

@@ -46,7 +46,7 @@ func TestAllocChunkSizes(t *testing.T) {
 		t.Fatalf("AllocChunk below the minimum returned %d bytes", cap(b))
 	}
 	for _, c := range []struct{ n, cap int }{
-		{256, 256}, {450, 480}, {4_160, 4_608}, {40_001, 40_960}, {400_100, 401_408}, {1_000_000, 1_015_808},
+		{32_768, 32_768}, {32_769, 40_960}, {40_001, 40_960}, {400_100, 401_408}, {1_000_000, 1_015_808},
 	} {
 		if b := s.AllocChunk(c.n); len(b) != c.n || cap(b) != c.cap {
 			t.Errorf("AllocChunk(%d): len %d cap %d, want cap %d", c.n, len(b), cap(b), c.cap)
@@ -65,7 +65,7 @@ func TestAllocChunkSizes(t *testing.T) {
 // TestReleasedBufferIsReused: the buffer of a released chunk goes to the
 // next chunk of its size class, and not before every pin is dropped.
 func TestReleasedBufferIsReused(t *testing.T) {
-	for _, size := range []int{400, 40_000} {
+	for _, size := range []int{40_000, 400_000} {
 		t.Run(fmt.Sprint(size), func(t *testing.T) { testReleasedBufferIsReused(t, size) })
 	}
 }
