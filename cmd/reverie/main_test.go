@@ -549,7 +549,8 @@ func logLine(p *proc, msg string) string {
 
 // TestCheckpointLarge is the acceptance run of checkpoints at scale, too
 // big for every "go test": set REVERIE_CHECKPOINT_LARGE_GB (e.g. 2) to fill
-// a uniform table with that many GiB of 4000-byte items through
+// a uniform table with that many GiB of 4000-byte items (or
+// REVERIE_CHECKPOINT_LARGE_PAYLOAD bytes) through
 // "reverie bench", then measure "reverie bench --mode mixed" before and
 // during checkpoints (the p99 during must be at most twice the p99
 // before, in every round), a quiet checkpoint's time and
@@ -566,8 +567,13 @@ func TestCheckpointLarge(t *testing.T) {
 	if err != nil || gb <= 0 {
 		t.Fatalf("REVERIE_CHECKPOINT_LARGE_GB=%q", gbStr)
 	}
-	const payload = 4000
-	items := int64(gb*(1<<30))/payload + 1
+	payload := 4000
+	if s := os.Getenv("REVERIE_CHECKPOINT_LARGE_PAYLOAD"); s != "" {
+		if payload, err = strconv.Atoi(s); err != nil || payload < 1 {
+			t.Fatalf("REVERIE_CHECKPOINT_LARGE_PAYLOAD=%q", s)
+		}
+	}
+	items := int64(gb*(1<<30))/int64(payload) + 1
 	dir := os.Getenv("REVERIE_CHECKPOINT_LARGE_DIR")
 	if dir == "" {
 		dir = t.TempDir()
