@@ -204,6 +204,8 @@ type Chunk struct {
 	refs    atomic.Int32
 	bufRefs atomic.Int32 // recycle: 1 until released, plus the pins
 	recycle bool         // buf came from AllocChunk; never changes
+	// noReuse: leave buf to the collector once released (KeepForSnapshot).
+	noReuse atomic.Bool
 
 	// The metadata never changes.
 	episode uint64
@@ -353,6 +355,27 @@ func (c *Chunk) Unpin() {
 	case c.recycle:
 		c.dropBufRef()
 	}
+}
+
+// KeepForSnapshot keeps the chunk's data readable for a snapshot that may
+// still show an item whose reference to the chunk is being dropped. The
+// caller must hold a reference (or a lock under which one is held). In the
+// tiered modes it pins the chunk and returns true: the caller unpins it
+// once the snapshot is released. In memory mode the snapshot's copy of the
+// item keeps the data reachable; a chunk whose buffer would be reused
+// once released has its buffer left to the collector instead, and it
+// returns false. (A pin would hold the buffer until the snapshot is
+// released, where the collector can free it as soon as the snapshot has
+// yielded the item: a checkpoint under load takes many seconds.)
+func (c *Chunk) KeepForSnapshot() bool {
+	if c.store.tier != nil {
+		c.Ref()
+		return true
+	}
+	if c.recycle {
+		c.noReuse.Store(true)
+	}
+	return false
 }
 
 // tryRef adds a reference unless the chunk is already released.

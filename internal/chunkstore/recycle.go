@@ -24,7 +24,9 @@ import (
 // NeedsPin true, and Pin and Unpin count the readers of its bytes. The
 // buffer is reused only when the chunk is released and its count reaches
 // zero. A pin that is never dropped only keeps the buffer from reuse; the
-// collector frees it as before.
+// collector frees it as before. Chunks a snapshot may still show when
+// their items leave a table are not pinned but never reused
+// (KeepForSnapshot): the snapshot lets go of them item by item.
 
 const (
 	// recycleMinBytes is the smallest buffer reused: the runtime's
@@ -175,7 +177,9 @@ func (s *Store) FreeStats() FreeStats {
 func (c *Chunk) dropBufRef() {
 	switch n := c.bufRefs.Add(-1); {
 	case n == 0:
-		c.store.putFree(c.buf)
+		if !c.noReuse.Load() {
+			c.store.putFree(c.buf)
+		}
 	case n < 0:
 		panic("chunkstore: Unpin of an unpinned chunk")
 	}

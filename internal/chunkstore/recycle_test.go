@@ -165,6 +165,46 @@ func TestFreeListBound(t *testing.T) {
 	}
 }
 
+// TestKeepForSnapshot: a chunk kept for a snapshot is not pinned in memory
+// mode, and its buffer is never reused; a tiered store's is pinned.
+func TestKeepForSnapshot(t *testing.T) {
+	s := New()
+	var keep []*Chunk
+	for k := range 16 {
+		c, _ := ownedChunk(t, s, uint64(100+k), 40_000)
+		keep = append(keep, c)
+	}
+	a, abuf := ownedChunk(t, s, 1, 40_000)
+	if a.KeepForSnapshot() {
+		t.Fatal("KeepForSnapshot pinned a chunk in memory")
+	}
+	a.Unref()
+	if st := s.FreeStats(); st.Kept != 0 || st.Dropped != 0 {
+		t.Fatalf("the buffer of a chunk kept for a snapshot went to the free list: %+v", st)
+	}
+	if enc, _ := a.Encoded(); !sameBuf(enc, abuf) || mustData(t, a).GetChunkKey() != 1 {
+		t.Fatal("a chunk kept for a snapshot lost its bytes")
+	}
+	if _, bbuf := ownedChunk(t, s, 2, 40_000); sameBuf(abuf, bbuf) {
+		t.Fatal("a chunk kept for a snapshot had its buffer reused")
+	}
+	for _, c := range keep {
+		c.Unref()
+	}
+
+	ts, err := NewTiered(Options{Mode: Hybrid, MemoryLimit: 1 << 20, Spill: NewMemSpill()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ts.Close()
+	c := ts.Insert(chunk(7))
+	if !c.KeepForSnapshot() || c.Refs() != 2 {
+		t.Fatalf("a tiered chunk kept for a snapshot: refs %d, want a pin", c.Refs())
+	}
+	c.Unref()
+	c.Unpin()
+}
+
 func TestPinOfReleasedRecycledChunkPanics(t *testing.T) {
 	s := New()
 	c, _ := ownedChunk(t, s, 1, 40_000)

@@ -29,7 +29,9 @@ var ErrSnapshotInProgress = errors.New("table: snapshot in progress")
 // A copy is shallow: items point to trajectories and chunks that never
 // change, and the snapshot keeps them reachable (through Go's collector,
 // without chunk references) after the table lets them go; chunks of a
-// tiered store, whose data would be deleted, stay pinned until Release. So the image is
+// tiered store, whose data would be deleted, stay pinned until Release,
+// and chunks whose buffers the store would reuse are left to the
+// collector (chunkstore.Chunk.KeepForSnapshot). So the image is
 // the table exactly as it was at BeginSnapshots, at the cost of one copy
 // of the item headers and lock holds of one page copy each.
 type Snapshot struct {

@@ -430,16 +430,16 @@ func (t *Table) sampleLocked(out []Sampled, n int, rateLimited bool) []Sampled {
 }
 
 // dropChunksLocked drops an item's references to its chunks. While a
-// snapshot is live it may still show the item, so chunks that need a pin
-// (those of a tiered store, and those whose buffer is reused once
-// released) stay pinned until the last live snapshot is released. Other
-// chunks in memory need none: the snapshot's copy of the item keeps them
-// reachable until the snapshot has yielded it.
+// snapshot is live it may still show the item, so the chunks are kept for
+// it (Chunk.KeepForSnapshot): those of a tiered store stay pinned until
+// the last live snapshot is released; chunks in memory need no pin, as the
+// snapshot's copy of the item keeps them reachable until the snapshot has
+// yielded it, but their buffers are then left to the collector rather than
+// reused.
 func (t *Table) dropChunksLocked(cs []*chunkstore.Chunk) {
 	if t.mu.liveSnapshots > 0 {
 		for _, c := range cs {
-			if c.NeedsPin() {
-				c.Pin()
+			if c.KeepForSnapshot() {
 				t.mu.pinned = append(t.mu.pinned, c)
 			}
 		}
