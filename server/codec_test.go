@@ -337,3 +337,53 @@ func BenchmarkSendSamples(b *testing.B) {
 		}
 	}
 }
+
+// TestDecodeChunksIntoStore: with a chunk store, the codec copies chunks of
+// 32 KiB or more into the store's buffers (across gRPC's pieces, here cut
+// at odd places) and smaller ones as before; the bytes are the chunks'
+// encodings either way.
+func TestDecodeChunksIntoStore(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	var chunks []*reverbpb.ChunkData
+	for i, n := range []int{100_000, 1_000, 40_000, 32_000} {
+		content := make([]byte, n)
+		for j := range content {
+			content[j] = byte(rng.Uint32())
+		}
+		chunks = append(chunks, &reverbpb.ChunkData{
+			ChunkKey:      uint64(10 + i),
+			SequenceRange: &reverbpb.SequenceRange{EpisodeId: 1, Start: 0, End: 0},
+			Data: &reverbpb.ChunkData_Data{Tensors: []*tensorflowpb.TensorProto{{
+				Dtype:         tensorflowpb.DataType_DT_UINT8,
+				TensorShape:   &tensorflowpb.TensorShapeProto{Dim: []*tensorflowpb.TensorShapeProto_Dim{{Size: 1}, {Size: int64(n)}}},
+				TensorContent: content,
+			}}},
+			DataTensorsLen: 1,
+		})
+	}
+	b, err := proto.Marshal(&reverbpb.InsertStreamRequest{Chunks: chunks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := chunkstore.New()
+	var m insertRequest
+	m.decodeInto(split(b, 16<<10-7), store)
+	if m.err != nil {
+		t.Fatal(m.err)
+	}
+	if len(m.chunks) != len(chunks) {
+		t.Fatalf("decoded %d chunks, want %d", len(m.chunks), len(chunks))
+	}
+	for i, ch := range m.chunks {
+		want, err := proto.Marshal(chunks[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(ch.enc, want) {
+			t.Fatalf("chunks[%d]: decoded bytes differ from its encoding", i)
+		}
+		if big := len(want) >= 32<<10; ch.fromStore != big {
+			t.Fatalf("chunks[%d] of %d bytes: from the store %v, want %v", i, len(want), ch.fromStore, big)
+		}
+	}
+}
