@@ -102,6 +102,7 @@ func BeginSnapshotsAt(at func(), ts ...*Table) ([]*Snapshot, error) {
 	for i, t := range ts {
 		out[i] = &Snapshot{t: t, snap: t.mu.items.installSnapshot(), Info: t.infoLocked(), live: true}
 		t.mu.liveSnapshots++
+		t.mu.snapSeq = t.mu.nextSeq
 		if t.hooks.onSnapshot != nil {
 			t.hooks.onSnapshot()
 		}

@@ -114,7 +114,10 @@ type Table struct {
 		// there are any, pinned holds the chunks of items dropped since,
 		// which a snapshot may still show.
 		liveSnapshots int
-		pinned        []*chunkstore.Chunk
+		// snapSeq is nextSeq when the newest live snapshot began: only
+		// items numbered below it can be in a live snapshot.
+		snapSeq uint64
+		pinned  []*chunkstore.Chunk
 	}
 
 	// hooks lets tests of this package observe snapshots at exact points.
@@ -429,15 +432,16 @@ func (t *Table) sampleLocked(out []Sampled, n int, rateLimited bool) []Sampled {
 	return out
 }
 
-// dropChunksLocked drops an item's references to its chunks. While a
-// snapshot is live it may still show the item, so the chunks are kept for
-// it (Chunk.KeepForSnapshot): those of a tiered store stay pinned until
-// the last live snapshot is released; chunks in memory need no pin, as the
+// dropChunksLocked drops the references to its chunks of the item numbered
+// seq. While a snapshot that may show the item is live (one begun after
+// the item was inserted), the chunks are kept for it
+// (Chunk.KeepForSnapshot): those of a tiered store stay pinned until the
+// last live snapshot is released; chunks in memory need no pin, as the
 // snapshot's copy of the item keeps them reachable until the snapshot has
 // yielded it, but their buffers are then left to the collector rather than
-// reused.
-func (t *Table) dropChunksLocked(cs []*chunkstore.Chunk) {
-	if t.mu.liveSnapshots > 0 {
+// reused. Items inserted after the newest live snapshot began are in none.
+func (t *Table) dropChunksLocked(seq uint64, cs []*chunkstore.Chunk) {
+	if t.mu.liveSnapshots > 0 && seq < t.mu.snapSeq {
 		for _, c := range cs {
 			if c.KeepForSnapshot() {
 				t.mu.pinned = append(t.mu.pinned, c)
@@ -530,7 +534,7 @@ func (t *Table) deleteLocked(slot selector.Slot) {
 	for _, e := range t.exts {
 		e.OnDelete(item)
 	}
-	t.dropChunksLocked(item.Chunks)
+	t.dropChunksLocked(item.Seq, item.Chunks)
 	t.mu.items.release(slot)
 }
 
@@ -604,7 +608,8 @@ func (t *Table) Reset() error {
 		return ErrClosed
 	}
 	t.mu.keys.all(func(_ uint64, slot selector.Slot) {
-		t.dropChunksLocked(t.mu.items.at(slot).Chunks)
+		it := t.mu.items.at(slot)
+		t.dropChunksLocked(it.Seq, it.Chunks)
 	})
 	t.mu.keys.reset()
 	t.mu.items.reset() // completes an installed snapshot first
