@@ -111,13 +111,12 @@ type Table struct {
 		inserts            waitQueue[*insertWaiter]
 		samples            waitQueue[*sampleWaiter]
 		// liveSnapshots counts snapshots begun and not yet released; while
-		// there are any, pinned holds the chunks of items dropped since,
-		// which a snapshot may still show.
+		// there are any, pinned holds the tiered store's chunks of items
+		// dropped since which a snapshot may still show: those numbered
+		// below snapSeq, nextSeq when the newest live snapshot began.
 		liveSnapshots int
-		// snapSeq is nextSeq when the newest live snapshot began: only
-		// items numbered below it can be in a live snapshot.
-		snapSeq uint64
-		pinned  []*chunkstore.Chunk
+		snapSeq       uint64
+		pinned        []*chunkstore.Chunk
 	}
 
 	// hooks lets tests of this package observe snapshots at exact points.
