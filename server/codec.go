@@ -125,14 +125,11 @@ var (
 	itemValidator  = pbvalid.For((&reverbpb.PrioritizedItem{}).ProtoReflect().Descriptor())
 )
 
-// decode reads an encoded InsertStreamRequest into m as proto.Unmarshal
+// decodeInto reads an encoded InsertStreamRequest into m as proto.Unmarshal
 // would decode it, with the chunks kept as bytes: fields in an unexpected
 // wire type are skipped as unknown, and a chunk is accepted exactly when
-// it would decode. Any failure is recorded in m.err.
-func (m *insertRequest) decode(data mem.BufferSlice) { m.decodeInto(data, nil) }
-
-// decodeInto is decode, with the bytes of large chunks copied into buffers
-// from store (AllocChunk) if it is not nil.
+// it would decode. Any failure is recorded in m.err. The bytes of large
+// chunks are copied into buffers from store (AllocChunk) if it is not nil.
 func (m *insertRequest) decodeInto(data mem.BufferSlice, store *chunkstore.Store) {
 	r := newSliceReader(data)
 	r.store = store

@@ -39,8 +39,8 @@ func split(b []byte, n int) mem.BufferSlice {
 func decodeInsert(t testing.TB, b []byte) *insertRequest {
 	t.Helper()
 	var whole, pieces insertRequest
-	whole.decode(mem.BufferSlice{mem.SliceBuffer(b)})
-	pieces.decode(split(b, 3))
+	whole.decodeInto(mem.BufferSlice{mem.SliceBuffer(b)}, nil)
+	pieces.decodeInto(split(b, 3), nil)
 	if fmt.Sprint(whole.err) != fmt.Sprint(pieces.err) {
 		t.Fatalf("decoded whole: %v; in pieces: %v", whole.err, pieces.err)
 	}

@@ -38,6 +38,23 @@ func insertOwned(s *Store, key uint64, n int) (*Chunk, []byte, error) {
 	return s.InsertOwned(MetaOf(d), buf), buf, nil
 }
 
+// liveChunks inserts n chunks of size bytes, keys from first on, which the
+// store holds until the test ends: live bytes, so that its free list may
+// keep released buffers.
+func liveChunks(t *testing.T, s *Store, first uint64, n, size int) {
+	t.Helper()
+	var keep []*Chunk
+	for k := range n {
+		c, _ := ownedChunk(t, s, first+uint64(k), size)
+		keep = append(keep, c)
+	}
+	t.Cleanup(func() {
+		for _, c := range keep {
+			c.Unref()
+		}
+	})
+}
+
 func sameBuf(a, b []byte) bool { return unsafe.SliceData(a) == unsafe.SliceData(b) }
 
 func TestAllocChunkSizes(t *testing.T) {
@@ -72,11 +89,7 @@ func TestReleasedBufferIsReused(t *testing.T) {
 
 func testReleasedBufferIsReused(t *testing.T, size int) {
 	s := New()
-	var keep []*Chunk
-	for k := range 16 { // live bytes, so that the free list may hold some
-		c, _ := ownedChunk(t, s, uint64(100+k), size)
-		keep = append(keep, c)
-	}
+	liveChunks(t, s, 100, 16, size)
 	a, abuf := ownedChunk(t, s, 1, size)
 	if !a.NeedsPin() {
 		t.Fatal("a chunk in a reused buffer needs no pin")
@@ -113,20 +126,13 @@ func testReleasedBufferIsReused(t *testing.T, size int) {
 	if sameBuf(cbuf, bbuf) {
 		t.Fatal("a chunk twice as large got the buffer")
 	}
-	for _, c := range keep {
-		c.Unref()
-	}
 }
 
 // TestDuplicateOwnedInsert: a second copy of a live chunk is not stored,
 // and its buffer is kept for reuse at once.
 func TestDuplicateOwnedInsert(t *testing.T) {
 	s := New()
-	var keep []*Chunk
-	for k := range 16 {
-		c, _ := ownedChunk(t, s, uint64(100+k), 40_000)
-		keep = append(keep, c)
-	}
+	liveChunks(t, s, 100, 16, 40_000)
 	a, abuf := ownedChunk(t, s, 1, 40_000)
 	b, bbuf := ownedChunk(t, s, 1, 40_000)
 	if b != a || a.Refs() != 2 {
@@ -138,9 +144,8 @@ func TestDuplicateOwnedInsert(t *testing.T) {
 	if _, cbuf := ownedChunk(t, s, 2, 40_000); !sameBuf(cbuf, bbuf) {
 		t.Fatal("the dropped copy's buffer was not reused")
 	}
-	for _, c := range append(keep, a, a) {
-		c.Unref()
-	}
+	a.Unref()
+	a.Unref()
 }
 
 // TestFreeListBound: the store keeps at most an eighth of its chunks'
@@ -169,11 +174,7 @@ func TestFreeListBound(t *testing.T) {
 // mode, and its buffer is never reused; a tiered store's is pinned.
 func TestKeepForSnapshot(t *testing.T) {
 	s := New()
-	var keep []*Chunk
-	for k := range 16 {
-		c, _ := ownedChunk(t, s, uint64(100+k), 40_000)
-		keep = append(keep, c)
-	}
+	liveChunks(t, s, 100, 16, 40_000)
 	a, abuf := ownedChunk(t, s, 1, 40_000)
 	if a.KeepForSnapshot() {
 		t.Fatal("KeepForSnapshot pinned a chunk in memory")
@@ -187,9 +188,6 @@ func TestKeepForSnapshot(t *testing.T) {
 	}
 	if _, bbuf := ownedChunk(t, s, 2, 40_000); sameBuf(abuf, bbuf) {
 		t.Fatal("a chunk kept for a snapshot had its buffer reused")
-	}
-	for _, c := range keep {
-		c.Unref()
 	}
 
 	ts, err := NewTiered(Options{Mode: Hybrid, MemoryLimit: 1 << 20, Spill: NewMemSpill()})
@@ -221,11 +219,7 @@ func TestPinOfReleasedRecycledChunkPanics(t *testing.T) {
 // reused buffers; every read must see the chunk's own key (run with -race).
 func TestRecycleConcurrent(t *testing.T) {
 	s := New()
-	var keep []*Chunk
-	for k := range 64 {
-		c, _ := ownedChunk(t, s, uint64(1_000_000+k), 40_000)
-		keep = append(keep, c)
-	}
+	liveChunks(t, s, 1_000_000, 64, 40_000)
 	var wg sync.WaitGroup
 	for g := range 4 {
 		wg.Add(1)
@@ -248,9 +242,6 @@ func TestRecycleConcurrent(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	for _, c := range keep {
-		c.Unref()
-	}
 	if st := s.FreeStats(); st.Reused == 0 {
 		t.Fatalf("%+v: no buffer was reused", st)
 	}
