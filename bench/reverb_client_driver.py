@@ -32,8 +32,12 @@ For `sample` and `mixed` the table is first prefilled (not counted) up to
 min(1000 items, 64 MB) as reverie bench does, if it holds less.
 
 Actors in Acme and learners' samplers usually run in processes of their
-own; `--start-at` lets several driver processes, started together, measure
-one window (bench/py-ab.sh).
+own. `--procs P` runs the clients in P worker processes instead (started
+once, each importing TensorFlow, then given every run in turn), spread as
+evenly as the client count allows, all measuring one window: the report is
+their sum, with latencies from their merged histograms and the client CPU
+of all of them. `--start-at` lets several driver processes, started
+together, measure one window (bench/py-ab.sh).
 
 With several `--clients` values (and `--target`s, and `--reps`) the runs are
 made one after another in this process (so TensorFlow is imported once). Each prints one JSON line with the
@@ -49,6 +53,7 @@ import json
 import math
 import os
 import resource
+import subprocess
 import sys
 import threading
 import time
@@ -216,12 +221,17 @@ def kind_report(clients, stats, start):
   }
 
 
+def split(mode, clients):
+  """(writers, samplers) for a client count."""
+  if mode == 'sample':
+    return 0, clients
+  if mode == 'mixed':
+    return (clients + 1) // 2, clients // 2
+  return clients, 0
+
+
 def run(args, clients, addr, server_pid, target):
-  writers, samplers = clients, 0
-  if args.mode == 'sample':
-    writers, samplers = 0, clients
-  elif args.mode == 'mixed':
-    writers, samplers = (clients + 1) // 2, clients // 2
+  writers, samplers = split(args.mode, clients)
   prefilled = prefill(addr, args.table, args.payload) if samplers else 0
 
   stop = threading.Event()
@@ -269,6 +279,17 @@ def run(args, clients, addr, server_pid, target):
   if server:
     server['client_cpu_sec'] = round(ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime, 3)
 
+  rep = report(args, target, addr, clients, prefilled, 'dm-reverb 0.14.0 (Python, threads)',
+               wstats, sstats, start, late, server)
+  print(json.dumps(rep), flush=True)
+  if args.mode == 'mixed':
+    sys.stderr.flush()
+    os._exit(0)  # pylint: disable=protected-access
+  return rep['errors']
+
+
+def report(args, target, addr, clients, prefilled, desc, wstats, sstats, start, late, server):
+  """The JSON report of one run; stats' ends are on start's clock."""
   rep = {
       'mode': args.mode,
       'target': target,
@@ -281,33 +302,149 @@ def run(args, clients, addr, server_pid, target):
       'in_flight': args.in_flight,
       'duration_sec': args.duration,
       'prefilled': prefilled,
-      'client_desc': 'dm-reverb 0.14.0 (Python, threads)',
+      'client_desc': desc,
       'latency_definition': {},
   }
-  if writers:
-    rep['insert'] = kind_report(writers, wstats, start)
+  if wstats:
+    rep['insert'] = kind_report(len(wstats), wstats, start)
     rep['latency_definition']['insert'] = INSERT_NOTE
-  if samplers:
-    rep['sample'] = kind_report(samplers, sstats, start)
+  if sstats:
+    rep['sample'] = kind_report(len(sstats), sstats, start)
     rep['latency_definition']['sample'] = SAMPLE_NOTE
   if late is not None:
     rep['start_late_sec'] = round(max(0.0, late), 3)
   rep['errors'] = sum(rep[k]['errors'] for k in ('insert', 'sample') if k in rep)
   if server:
     rep['server'] = server
-  print(json.dumps(rep), flush=True)
-  if args.mode == 'mixed':
-    sys.stderr.flush()
-    os._exit(0)  # pylint: disable=protected-access
-  return rep['errors']
+  return rep
+
+
+# --- several processes (--procs) ---------------------------------------------
+
+
+def worker_main():
+  """A worker of --procs: reads one run per line on stdin (JSON: addr,
+  table, payload, writers, samplers, in_flight, duration, start_at, seed),
+  runs its clients as threads from start_at for duration, and answers with
+  one JSON line: per client its latency histogram, items, bytes, errors and
+  end (wall-clock seconds), the window's start, and this process's CPU
+  seconds over it. Ends at the end of its input."""
+  print(json.dumps({'ready': True}), flush=True)
+  for line in sys.stdin:
+    spec = json.loads(line)
+    stop = threading.Event()
+    wclients = [reverb.Client(spec['addr']) for _ in range(spec['writers'])]
+    scl = [reverb.Client(spec['addr']) for _ in range(spec['samplers'])]
+    wstats = [Stats() for _ in wclients]
+    sstats = [Stats() for _ in scl]
+    time.sleep(max(0.0, spec['start_at'] - time.time()))
+    wall0, start = time.time(), time.monotonic()
+    ru0 = resource.getrusage(resource.RUSAGE_SELF)
+    threads = [threading.Thread(target=writer_loop,
+                                args=(c, spec['table'], spec['payload'], stop, wstats[i], spec['seed'] + i),
+                                daemon=True)
+               for i, c in enumerate(wclients)]
+    for i, c in enumerate(scl):
+      smp = c._client.NewSampler(spec['table'], -1, spec['in_flight'])  # pylint: disable=protected-access
+      threads.append(threading.Thread(target=sampler_loop, args=(smp, stop, sstats[i]), daemon=True))
+    for t in threads:
+      t.start()
+    time.sleep(spec['duration'])
+    stop.set()
+    for t in threads:
+      t.join()
+    ru1 = resource.getrusage(resource.RUSAGE_SELF)
+
+    def dump(st):
+      return {'counts': st.hist.counts, 'n': st.hist.n, 'lo': st.hist.lo, 'hi': st.hist.hi,
+              'items': st.items, 'bytes': st.bytes, 'errors': st.errors,
+              'end': wall0 + ((st.end or start) - start)}
+
+    print(json.dumps({'start': wall0, 'late': wall0 - spec['start_at'],
+                      'cpu_sec': ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime,
+                      'writers': [dump(st) for st in wstats],
+                      'samplers': [dump(st) for st in sstats]}), flush=True)
+    del wclients, scl
+  return 0
+
+
+def load_stats(d):
+  st = Stats()
+  st.hist.counts = {int(b): c for b, c in d['counts'].items()}
+  st.hist.n, st.hist.lo, st.hist.hi = d['n'], d['lo'], d['hi']
+  st.items, st.bytes, st.errors, st.end = d['items'], d['bytes'], d['errors'], d['end']
+  return st
+
+
+class Workers:
+  """--procs worker processes: this script with --worker."""
+
+  def __init__(self, n):
+    self.procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), '--worker'],
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                  for _ in range(n)]
+    for p in self.procs:
+      if json.loads(self._read(p)).get('ready') is not True:
+        raise RuntimeError('reverb_client_driver: a worker did not start')
+
+  @staticmethod
+  def _read(p):
+    line = p.stdout.readline()
+    if not line:
+      raise RuntimeError(f'reverb_client_driver: worker {p.pid} ended (exit {p.wait()})')
+    return line
+
+  def close(self):
+    for p in self.procs:
+      p.stdin.close()
+    for p in self.procs:
+      p.wait()
+
+  def run(self, args, clients, addr, server_pid, target):
+    """run(), with the clients spread over the workers."""
+    writers, samplers = split(args.mode, clients)
+    prefilled = prefill(addr, args.table, args.payload) if samplers else 0
+    n = len(self.procs)
+    # Connecting takes a few milliseconds per client; samplers start
+    # streaming when made, so they are made inside the window, as in run().
+    start_at = time.time() + 0.5 + 0.05 * clients
+    busy = []
+    for i, p in enumerate(self.procs):
+      w = writers // n + (i < writers % n)
+      s = samplers // n + (i < samplers % n)
+      if not (w or s):
+        continue
+      spec = {'addr': addr, 'table': args.table, 'payload': args.payload,
+              'writers': w, 'samplers': s, 'in_flight': args.in_flight,
+              'duration': args.duration, 'start_at': start_at, 'seed': 1 + 1000 * i}
+      p.stdin.write(json.dumps(spec) + '\n')
+      p.stdin.flush()
+      busy.append(p)
+    time.sleep(max(0.0, start_at - time.time()))
+    window = procstat.Window(server_pid).start()
+    outs = [json.loads(self._read(p)) for p in busy]
+    server = window.stop()
+    if server:
+      server['client_cpu_sec'] = round(sum(o['cpu_sec'] for o in outs), 3)
+    start = min(o['start'] for o in outs)
+    late = max(o['late'] for o in outs)
+    wstats = [load_stats(d) for o in outs for d in o['writers']]
+    sstats = [load_stats(d) for o in outs for d in o['samplers']]
+    rep = report(args, target, addr, clients, prefilled,
+                 f'dm-reverb 0.14.0 (Python, {len(busy)} processes)', wstats, sstats, start, late, server)
+    rep['procs'] = len(busy)
+    print(json.dumps(rep), flush=True)
+    return rep['errors']
 
 
 def main(argv):
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument('--addr', help='host:port of the server')
   p.add_argument('--table', default='replay')
-  p.add_argument('--mode', choices=('insert', 'sample', 'mixed'),
-                 default='insert')
+  p.add_argument('--mode', default='insert',
+                 help='insert, sample or mixed; or a comma-separated list of '
+                 'insert and sample, run one after the other (with --procs, '
+                 'by the same worker processes)')
   p.add_argument('--payload', type=int, default=400,
                  help='payload bytes per item (a multiple of 4)')
   p.add_argument('--clients', default='1',
@@ -333,7 +470,12 @@ def main(argv):
                  'prefilling, so that several driver processes started '
                  'together measure the same window; needs one client '
                  'count, one target and one rep')
+  p.add_argument('--procs', type=int, default=1,
+                 help='run the clients in this many worker processes (see above)')
+  p.add_argument('--worker', action='store_true', help=argparse.SUPPRESS)
   args = p.parse_args(argv[1:])
+  if args.worker:
+    return worker_main()
   targets = []
   for t in args.target:
     name, addr, pid = t.split(',')
@@ -343,20 +485,39 @@ def main(argv):
   if not targets:
     p.error('give --addr or --target')
   counts = [int(c) for c in args.clients.split(',')]
+  modes = args.mode.split(',')
+  if any(m not in ('insert', 'sample', 'mixed') for m in modes):
+    p.error(f'--mode: want insert, sample or mixed, got {args.mode!r}')
+  if len(modes) > 1 and 'mixed' in modes:
+    p.error('--mode mixed cannot be listed with other modes')
+  if len(modes) > 1 and args.start_at:
+    p.error('--start-at takes one --mode')
+  args.mode = modes[0]
   if args.mode == 'mixed' and (len(counts) != 1 or len(targets) != 1 or args.reps != 1):
     p.error('--mode mixed takes one --clients value, one target, one rep')
   if args.start_at and (len(counts) != 1 or len(targets) != 1 or args.reps != 1):
     p.error('--start-at takes one --clients value, one target, one rep')
   if args.mode == 'mixed' and counts[0] < 2:
     p.error('--mode mixed needs at least 2 clients')
+  if args.procs < 1:
+    p.error('--procs must be at least 1')
+  if args.procs > 1 and (args.mode == 'mixed' or args.start_at):
+    p.error('--procs does not go with --mode mixed or --start-at')
+  workers = Workers(args.procs) if args.procs > 1 else None
   errors = 0
   turn = 0
-  for n in counts:
-    for _ in range(args.reps):
-      order = targets[turn % len(targets):] + targets[:turn % len(targets)]
-      turn += 1
-      for name, addr, pid in order:
-        errors += run(args, n, addr, pid, name)
+  try:
+    for mode in modes:
+      args.mode = mode
+      for n in counts:
+        for _ in range(args.reps):
+          order = targets[turn % len(targets):] + targets[:turn % len(targets)]
+          turn += 1
+          for name, addr, pid in order:
+            errors += (workers.run if workers else run)(args, n, addr, pid, name)
+  finally:
+    if workers:
+      workers.close()
   return 1 if errors else 0
 
 

@@ -13,7 +13,10 @@ import sys
 SERVERS = ('reverie', 'reverb')
 NAMES = {'reverie': 'reverie', 'reverb': 'Reverb', 'echo': 'echo'}
 CLIENT_NAMES = {'go': '`reverie bench` (Go client)',
-                'py': 'dm-reverb Python client (bench/reverb_client_driver.py)'}
+                'py': 'dm-reverb Python client (bench/reverb_client_driver.py)',
+                'py-procs': 'dm-reverb Python client, one process per client (bench/reverb_client_driver.py --procs)'}
+# How the targets table names each client.
+CLIENT_TAGS = {'go': 'go', 'py': 'py', 'py-procs': 'py, a process each'}
 
 
 def load(outdir, workload, best=True):
@@ -278,7 +281,7 @@ def targets(outdir):
     return f'{fnum(v)}: {fratio(ratio(v, reverb_value))}'
 
   if s5:
-    for client in ('go', 'py'):
+    for client in ('go', 'py', 'py-procs'):
       runs = [r for r in s5['runs'] if r['client'] == client]
       for payload in (400, 40000):
         for mode in ('insert', 'sample'):
@@ -287,12 +290,12 @@ def targets(outdir):
           if not (v and b):
             continue
           r = ratio(v[mode]['items_per_sec'], b[mode]['items_per_sec'])
-          add(f'{mode} items/s, {payload_name(payload)}, 8 clients ({client})',
+          add(f'{mode} items/s, {payload_name(payload)}, 8 clients ({CLIENT_TAGS[client]})',
               f"{fnum(v[mode]['items_per_sec'])} vs {fnum(b[mode]['items_per_sec'])}: {fratio(r)}",
               '≥ 2×', r >= 2,
               echo_vs(payload, mode, 'items', b[mode]['items_per_sec']) if client == 'go' else '–')
           c = ratio(stat(v, 'cpu_sec_per_m_items'), stat(b, 'cpu_sec_per_m_items'))
-          add(f'server CPU s/M items, {mode} {payload_name(payload)}, 8 clients ({client})',
+          add(f'server CPU s/M items, {mode} {payload_name(payload)}, 8 clients ({CLIENT_TAGS[client]})',
               f"{fnum(stat(v, 'cpu_sec_per_m_items'))} vs {fnum(stat(b, 'cpu_sec_per_m_items'))}: {fratio(c)}",
               '≤ 0.5×', None if c is None else c <= 0.5,
               echo_vs(payload, mode, 'cpu', stat(b, 'cpu_sec_per_m_items')) if client == 'go' else '–')
@@ -400,7 +403,7 @@ def render(outdir):
     out.extend(t)
   if s5:
     out.append('### Reverb paper, section 5: insert-only and sample-only\n')
-    for client in ('go', 'py'):
+    for client in ('go', 'py', 'py-procs'):
       out.extend(section5_tables(s5, client))
     p = paced_table(s5)
     if p:
