@@ -6,7 +6,8 @@ Like figures 5 (inserts) and 6 (samples) of the Reverb paper: one panel per
 payload size, items per second against concurrent clients, for reverie and
 Reverb under the same client (solid: `reverie bench`, the Go client;
 dashed: the dm-reverb Python client), with the bare gRPC echo of the same
-bytes (grey) as the ceiling. Of repeated runs, the best (as in
+bytes (grey), the issue's ceiling (a reference rather than a bound: see
+the note under the targets table). Of repeated runs, the best (as in
 bench/results/tables.md). Writes PLOT_DIR/bench-insert.png and
 PLOT_DIR/bench-sample.png.
 """
@@ -28,7 +29,7 @@ STYLE = {
     ('reverb', 'go'): dict(color='tab:red', ls='-', marker='s', label='Reverb, Go client'),
     ('reverie', 'py'): dict(color='tab:blue', ls='--', marker='o', mfc='none', label='reverie, dm-reverb client'),
     ('reverb', 'py'): dict(color='tab:red', ls='--', marker='s', mfc='none', label='Reverb, dm-reverb client'),
-    ('echo', 'go'): dict(color='0.55', ls=':', marker='.', label='bare gRPC echo (ceiling)'),
+    ('echo', 'go'): dict(color='0.55', ls=':', marker='.', label='bare gRPC-Go echo'),
 }
 PAYLOAD = {400: '400 B', 4000: '4 kB', 40000: '40 kB', 400000: '400 kB'}
 
