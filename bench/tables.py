@@ -352,6 +352,36 @@ def targets(outdir):
           '']
 
 
+def single_runs(outdir):
+  """Which kinds of run were made once per server rather than repeated,
+  as a phrase (or '')."""
+  counts = {}
+  for w in ('section5', 'batched', 'queue', 'prioritized', 'echo'):
+    d = load(outdir, w, best=False)
+    for r in (d or {}).get('runs', []):
+      key = (w, r['client'], r.get('phase')) + tuple(
+          str(r.get(k)) for k in ('server', 'payload_bytes', 'mode', 'clients', 'bench_flags', 'rate_basis'))
+      counts[key] = counts.get(key, 0) + 1
+  kinds = {}
+  for key, n in counts.items():
+    kinds.setdefault(key[:3], set()).add(n)
+  py, names = [], []
+  for (w, client, phase), ns in sorted(kinds.items(), key=lambda kv: tuple(str(x) for x in kv[0])):
+    if ns != {1}:
+      continue
+    if client == 'py':
+      py.append('section 5' if w == 'section5' else w)
+    elif phase:
+      names.append(f"{w}'s {phase} phase")
+    else:
+      names.append(f'the {client} runs of {w}')
+  if py:
+    names.insert(0, f"the dm-reverb client's threaded runs ({' and '.join(py)})")
+  if len(names) > 1:
+    return ', '.join(names[:-1]) + ' and ' + names[-1]
+  return ''.join(names)
+
+
 def render(outdir):
   out = []
   s5 = load(outdir, 'section5')
@@ -370,9 +400,11 @@ def render(outdir):
       if kind in SERVERS and infos:
         out.append(f"{NAMES[kind]}: up in {infos[0]['startup_sec']} s, idle RSS {infos[0]['idle_rss_mb']} MB.")
     if reps > 1:
-      out.append(f'Every configuration ran {reps} times against each server (and bench/echo), the servers in '
-                 'rotating order; the tables show the repetition with the most items/s (the paced latency runs: '
-                 'the lowest p99). All repetitions are in the JSON.')
+      once = single_runs(outdir)
+      out.append(f'Every configuration ran {reps} times against each server (and bench/echo)'
+                 + (f", except {once}, which ran once" if once else '')
+                 + ', the servers in rotating order; the tables show the repetition with the most items/s '
+                 '(the paced latency runs: the lowest p99). All repetitions are in the JSON.')
     out.append('')
   shares = {'other_cpu_share': [], 'steal_cpu_share': []}
   for w in ('section5', 'batched', 'queue', 'prioritized', 'echo'):
