@@ -30,17 +30,15 @@ import (
 
 const (
 	// recycleMinBytes is the smallest buffer reused: the runtime's
-	// large-object size. Reusing smaller chunks' buffers paid at first
+	// large-object size, from which it allocates objects in whole pages
+	// of pageBytes. Reusing smaller chunks' buffers paid at first
 	// (400 B and 4 kB inserts cost 5-20% less server CPU), but it keeps
 	// the heap small, so that the first checkpoints under load, which
 	// keep the chunks evicted while they run, grew it into fresh memory
 	// and slowed the load they run beside (see "Reusing the buffers of
 	// released chunks" in docs/benchmarks.md).
 	recycleMinBytes = 32 << 10
-	// largeObjectBytes: the runtime allocates larger objects in whole
-	// pages of pageBytes.
-	largeObjectBytes = 32 << 10
-	pageBytes        = 8 << 10
+	pageBytes       = 8 << 10
 	// maxFreeBytes bounds the free buffers kept, and so the memory a
 	// store holds beyond its chunks; freeShare bounds them to a share of
 	// the chunks' bytes, as they were at the last release of a chunk in
@@ -54,9 +52,9 @@ const (
 // was released. Set it before any store is used.
 var PoisonRecycled bool
 
-// freeList holds released chunk buffers by capacity (a multiple of
-// recycleClassBytes). The most recently freed buffer of a class is reused
-// first: of the free ones, it is the most likely still in cache.
+// freeList holds released chunk buffers by capacity (classCap). The most
+// recently freed buffer of a class is reused first: of the free ones, it is
+// the most likely still in cache.
 type freeList struct {
 	mu    sync.Mutex
 	byCap map[int][][]byte // guarded by mu
@@ -65,17 +63,12 @@ type freeList struct {
 	reused, kept, dropped int64
 }
 
-// classCap is the capacity of the buffers of n-byte chunks. Classes are
-// an eighth of a power of two apart below largeObjectBytes, close to the
-// runtime's own size classes, which round such buffers up anyway; above
-// it they are whole pages, and at least a 32nd of a power of two apart,
-// so that chunks of similar sizes share a class while a buffer wastes at
-// most about 3% of its bytes.
+// classCap is the capacity of the buffers of n-byte chunks, n at least
+// recycleMinBytes: whole pages, and classes at least a 32nd of a power of
+// two apart, so that chunks of similar sizes share a class while a buffer
+// wastes at most about 3% of its bytes.
 func classCap(n int) int {
-	step := 1 << max(bits.Len(uint(n))-4, 4)
-	if n > largeObjectBytes {
-		step = max(pageBytes, 1<<(bits.Len(uint(n))-6))
-	}
+	step := max(pageBytes, 1<<(bits.Len(uint(n))-6))
 	return (n + step - 1) &^ (step - 1)
 }
 
