@@ -2,7 +2,9 @@
 # outside `make bench` (bench/steady.sh, bench/permsg.sh, bench/paced-ab.sh,
 # bench/py-ab.sh), each in two stages: the script sets up (outer_stage) and
 # re-runs itself with `__inner` inside a private network namespace
-# (run_inner_in_netns), and there starts both servers (start_both_servers).
+# (run_inner_in_netns), and there starts both servers (start_both_servers),
+# fills their tables (fill_both_servers) and alternates between them
+# (round_order).
 # NAME prefixes their messages.
 # round_ratios prints the per-round comparisons of steady.sh and py-ab.sh.
 
@@ -48,6 +50,23 @@ start_both_servers() {
   echo "$name: a server did not start; logs in $dir" >&2
   cat "$dir/reverie.log" >&2
   exit 1
+}
+
+# fill_both_servers TABLE PAYLOAD ITEMS: inserts ITEMS items of PAYLOAD
+# bytes into TABLE on both servers with `reverie bench` (4 writers), outside
+# any measurement.
+fill_both_servers() {
+  local s
+  for s in reverb reverie; do
+    .bin/reverie bench --addr "${addr[$s]}" --table "$1" --mode insert --payload "$2" \
+      --clients 4 --items "$3" >/dev/null
+  done
+}
+
+# round_order R: the servers in the order round R runs them, alternating
+# between rounds so that a drift of the machine hits both alike.
+round_order() {
+  if (($1 % 2)); then echo "reverb reverie"; else echo "reverie reverb"; fi
 }
 
 # outer_stage NAME CONFIG ARGS...: the outer stage of such a script. Builds

@@ -20,15 +20,10 @@ if [[ ${1:-} == __inner ]]; then
   shift
   py=$1 dir=$2 payload=$3 rate=$4 secs=$5 rounds=$6 max=$7
   start_both_servers paced-ab "$py" "$dir"
-  for s in reverb reverie; do
-    .bin/reverie bench --addr "${addr[$s]}" --table t --mode insert --payload "$payload" \
-      --clients 4 --items $((max + max / 10)) >/dev/null
-  done
+  fill_both_servers t "$payload" $((max + max / 10))
   tick=$(getconf CLK_TCK)
   for r in $(seq "$rounds"); do
-    order="reverb reverie"
-    ((r % 2 == 0)) && order="reverie reverb"
-    for s in $order; do
+    for s in $(round_order "$r"); do
       c0=$(awk '{print $14+$15}' "/proc/${pid[$s]}/stat")
       .bin/bench/paced --addr "${addr[$s]}" --table t --rate "$rate" --batch 16 --clients 8 \
         --duration "${secs}s" --json >"$dir/out.json"

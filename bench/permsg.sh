@@ -26,10 +26,8 @@ if [[ ${1:-} == __inner ]]; then
   shift 5
   start_both_servers permsg "$py" "$dir"
   for r in $(seq "$rounds"); do
-    order="reverb reverie"
-    ((r % 2 == 0)) && order="reverie reverb"
     for load in 0 "$rate"; do
-      for s in $order; do
+      for s in $(round_order "$r"); do
         .bin/bench/permsg --addr "${addr[$s]}" --table s5_400 --payload 400 --duration "${secs}s" \
           --rate "$load" --server-pid "${pid[$s]}" --json "$@" >"$dir/out.json"
         python3 - "$dir" "$s" "$r" "$load" <<'EOF'

@@ -32,14 +32,9 @@ if [[ ${1:-} == __inner ]]; then
   # Inserts are measured on full tables, every insert evicting.
   fill=20000
   [[ $mode == insert ]] && fill=$((max + max / 10))
-  for s in reverb reverie; do
-    .bin/reverie bench --addr "${addr[$s]}" --table "s5_$payload" --mode insert --payload "$payload" \
-      --clients 4 --items "$fill" >/dev/null
-  done
+  fill_both_servers "s5_$payload" "$payload" "$fill"
   for r in $(seq "$rounds"); do
-    order="reverb reverie"
-    ((r % 2 == 0)) && order="reverie reverb"
-    for s in $order; do
+    for s in $(round_order "$r"); do
       # Importing TensorFlow takes a few seconds of CPU per process.
       at=$(python3 -c "import time; print(time.time() + 10 + 2.5 * $procs)")
       pids=()

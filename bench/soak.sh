@@ -26,15 +26,10 @@ if [[ ${1:-} == __inner ]]; then
   shift
   py=$1 dir=$2 payload=$3 secs=$4 rounds=$5 max=$6
   start_both_servers soak "$py" "$dir"
-  for s in reverb reverie; do
-    .bin/reverie bench --addr "${addr[$s]}" --table t --mode insert --payload "$payload" \
-      --clients 4 --items $((max + max / 10)) >/dev/null
-  done
+  fill_both_servers t "$payload" $((max + max / 10))
   tick=$(getconf CLK_TCK)
   for r in $(seq "$rounds"); do
-    order="reverb reverie"
-    ((r % 2 == 0)) && order="reverie reverb"
-    for s in $order; do
+    for s in $(round_order "$r"); do
       p=${pid[$s]}
       c0=$(awk '{print $14+$15}' "/proc/$p/stat")
       .bin/reverie bench --addr "${addr[$s]}" --table t --mode mixed --payload "$payload" \

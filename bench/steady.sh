@@ -31,9 +31,7 @@ if [[ ${1:-} == __inner ]]; then
   done
   tick=$(getconf CLK_TCK)
   for r in $(seq "$rounds"); do
-    order="reverb reverie"
-    ((r % 2 == 0)) && order="reverie reverb"
-    for s in $order; do
+    for s in $(round_order "$r"); do
       c0=$(awk '{print $14+$15}' "/proc/${pid[$s]}/stat")
       /usr/bin/time -f "%U %S" -o "$dir/time" .bin/reverie bench --addr "${addr[$s]}" \
         --table s5_400 --mode "$mode" --payload 400 --clients 8 --duration "${secs}s" --json "$@" >"$dir/out.json"
