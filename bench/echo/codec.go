@@ -16,15 +16,24 @@ import (
 // (only the tag and length are written), and received with the payload
 // copied once out of gRPC's buffers into memory the receiver owns (not
 // zeroed first). The wire format is the proto codec's.
+//
+// With rings (the server's, with --ring-bytes), a payload of a size that
+// has a ring is copied into the ring's next slot instead.
 type bytesCodec struct {
 	proto encoding.CodecV2
+	rings rings
 }
 
-func newBytesCodec() *bytesCodec { return &bytesCodec{proto: encoding.GetCodecV2(protocodec.Name)} }
+func newBytesCodec(rs rings) *bytesCodec {
+	return &bytesCodec{proto: encoding.GetCodecV2(protocodec.Name), rings: rs}
+}
 
 func (c *bytesCodec) Name() string { return protocodec.Name }
 
 func (c *bytesCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if p, ok := v.(*pieces); ok {
+		return p.marshal(), nil
+	}
 	m, ok := v.(*wrapperspb.BytesValue)
 	if !ok || len(m.GetValue()) == 0 {
 		return c.proto.Marshal(v)
@@ -55,6 +64,15 @@ func (c *bytesCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		return c.proto.Unmarshal(data, v)
 	}
 	views[0] = first[n+k:]
+	if r := c.rings[int(size)]; r != nil {
+		slot := r.take()
+		at := 0
+		for _, b := range views {
+			at += copy(slot[at:], b)
+		}
+		m.Value = slot
+		return nil
+	}
 	m.Value = bytes.Join(views, nil) // one copy, without zeroing
 	return nil
 }

@@ -3,7 +3,8 @@
 // payloads of N bytes, one per message) with no table, no chunk encoding
 // and no compression.
 //
-//	echo serve [--listen 127.0.0.1:0]      prints port=N, serves until SIGTERM
+//	echo serve [--listen 127.0.0.1:0] [--rings SIZE:SLOTS,...]
+//	                                        prints port=N, serves until SIGTERM
 //	echo load --addr 127.0.0.1:N --mode insert|sample --payload 400 \
 //	    --clients 8 --duration 2s [--json]
 //
@@ -20,6 +21,12 @@
 // Payloads are sent without copying them into the message and received
 // with one copy out of gRPC's buffers (codec.go), as reverie's client and
 // server move chunk bytes.
+//
+// With --rings the server holds a ring of SLOTS payloads of SIZE bytes,
+// as much memory as a full replay table of such items: it copies each
+// inserted payload into the ring and makes sample responses of payloads
+// picked from it at random (ring.go). Payloads of other sizes are moved as
+// above.
 //
 // The JSON report has the fields of `reverie bench --json`.
 package main
@@ -64,6 +71,11 @@ var serviceDesc = grpc.ServiceDesc{
 	},
 }
 
+// echoServer is the service's state: the rings, if any (ring.go).
+type echoServer struct {
+	rings rings
+}
+
 func upHandler(_ any, st grpc.ServerStream) error {
 	var n uint64
 	for {
@@ -83,7 +95,8 @@ func upHandler(_ any, st grpc.ServerStream) error {
 
 var payloadCache sync.Map // request -> *wrapperspb.BytesValue
 
-func downHandler(_ any, st grpc.ServerStream) error {
+func downHandler(srv any, st grpc.ServerStream) error {
+	rs := srv.(*echoServer).rings
 	for {
 		req := new(wrapperspb.UInt64Value)
 		if err := st.RecvMsg(req); err != nil {
@@ -91,6 +104,16 @@ func downHandler(_ any, st grpc.ServerStream) error {
 				return nil
 			}
 			return err
+		}
+		if r := rs[int(req.GetValue()>>16)]; r != nil {
+			p := &pieces{parts: make([][]byte, req.GetValue()&0xffff)}
+			for i := range p.parts {
+				p.parts[i] = r.pick()
+			}
+			if err := st.SendMsg(p); err != nil {
+				return err
+			}
+			continue
 		}
 		out, ok := payloadCache.Load(req.GetValue())
 		if !ok {
@@ -106,7 +129,13 @@ func downHandler(_ any, st grpc.ServerStream) error {
 func serve(args []string) int {
 	fs := flag.NewFlagSet("echo serve", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:0", "address to listen on")
+	ringSpec := fs.String("rings", "", "SIZE:SLOTS,...: hold SLOTS payloads of SIZE bytes, as a full replay table does (ring.go)")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	rs, err := parseRings(*ringSpec)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "echo serve:", err)
 		return 2
 	}
 	lis, err := net.Listen("tcp", *listen)
@@ -118,10 +147,10 @@ func serve(args []string) int {
 	// bear on moving bytes, so that the echo stays the ceiling: read
 	// buffers that are not zeroed, and writes gathered in 1 MiB bursts.
 	s := grpc.NewServer(grpc.MaxRecvMsgSize(math.MaxInt32), grpc.MaxSendMsgSize(math.MaxInt32),
-		grpc.ForceServerCodecV2(newBytesCodec()),
+		grpc.ForceServerCodecV2(newBytesCodec(rs)),
 		experimental.BufferPool(&bufpool.Pool{}),
 		grpc.WriteBufferSize(1<<20))
-	s.RegisterService(&serviceDesc, nil)
+	s.RegisterService(&serviceDesc, &echoServer{rings: rs})
 	fmt.Printf("port=%d\n", lis.Addr().(*net.TCPAddr).Port)
 	go func() {
 		sig := make(chan os.Signal, 1)
@@ -227,7 +256,7 @@ func runLoad(c *loadConfig) (*report, error) {
 	for i := range conns {
 		cc, err := grpc.NewClient(c.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32), grpc.MaxCallSendMsgSize(math.MaxInt32),
-				grpc.ForceCodecV2(newBytesCodec())))
+				grpc.ForceCodecV2(newBytesCodec(nil))))
 		if err != nil {
 			return nil, err
 		}

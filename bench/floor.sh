@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# reverie and Reverb against the floor of a gRPC-Go replay server: bench/echo
+# holding as many payloads in memory as the table (`echo serve --rings`),
+# which copies each inserted payload into that memory and samples payloads
+# from it at random, with no table, index or encoding. All three serve
+# full tables of PAYLOAD-byte items (uniform sampler, FIFO remover,
+# MinSize(1), max_size min(1M, 10^9 / PAYLOAD)) and take turns with 8
+# clients, the order rotating between rounds.
+#
+#   bench/floor.sh [MODE] [PAYLOAD] [SECONDS] [ROUNDS]
+#
+# MODE insert | sample (default insert); PAYLOAD bytes (default 40000);
+# SECONDS per run (default 3); ROUNDS (default 4). reverie and Reverb are
+# driven by `reverie bench`, the echo by `echo load` (the same bytes; the
+# echo acknowledges every insert, and answers requests of 16 samples).
+#
+# Prints one line per run: items/s and the server's CPU per item (utime +
+# stime from /proc/PID/stat around the run); then, per round, reverie's CPU
+# per item over Reverb's and over the echo's, and the echo's over Reverb's:
+# how far under Reverb a server that cost no more than the echo could get.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+source bench/both-servers.sh
+
+if [[ ${1:-} == __inner ]]; then
+  shift
+  py=$1 dir=$2 mode=$3 payload=$4 secs=$5 rounds=$6 max=$7
+  start_both_servers floor "$py" "$dir"
+  .bin/bench/echo serve --listen 127.0.0.1:0 --rings "$payload:$max" >"$dir/echo.out" 2>"$dir/echo.log" &
+  epid=$!
+  trap 'kill -TERM $rpid $vpid $epid 2>/dev/null || true' EXIT
+  for _ in $(seq 300); do
+    eport=$(sed -n 's/^port=//p' "$dir/echo.out")
+    [[ -n $eport ]] && break
+    sleep 0.2
+  done
+  [[ -n $eport ]] || { echo "floor: the echo did not start" >&2; cat "$dir/echo.log" >&2; exit 1; }
+  addr[echo]=127.0.0.1:$eport pid[echo]=$epid
+  fill_both_servers t "$payload" $((max + max / 10))
+  tick=$(getconf CLK_TCK)
+  for r in $(seq "$rounds"); do
+    order=(reverb reverie echo)
+    k=$(((r - 1) % 3))
+    for s in "${order[@]:k}" "${order[@]:0:k}"; do
+      c0=$(awk '{print $14+$15}' "/proc/${pid[$s]}/stat")
+      if [[ $s == echo ]]; then
+        .bin/bench/echo load --addr "${addr[echo]}" --mode "$mode" --payload "$payload" \
+          --clients 8 --duration "${secs}s" --json >"$dir/out.json"
+      else
+        .bin/reverie bench --addr "${addr[$s]}" --table t --mode "$mode" --payload "$payload" \
+          --clients 8 --duration "${secs}s" --json >"$dir/out.json"
+      fi
+      c1=$(awk '{print $14+$15}' "/proc/${pid[$s]}/stat")
+      python3 - "$dir" "$mode" "$s" "$r" "$((c1 - c0))" "$tick" <<'PY'
+import json, sys
+d, mode, server, rnd, ticks, tick = sys.argv[1:]
+r = json.load(open(f'{d}/out.json'))[mode]
+cpu = int(ticks) / int(tick) * 1e6 / max(r['items'], 1)
+print(f'round {rnd} {server:7s} {r["items_per_sec"]:9.0f} items/s  server {cpu:6.2f} us/item', flush=True)
+with open(f'{d}/runs', 'a') as f:
+  f.write(f'{rnd} {server} {r["items_per_sec"]} {cpu}\n')
+PY
+    done
+  done
+  python3 - "$dir/runs" <<'PY'
+import collections, statistics, sys
+runs = collections.defaultdict(dict)
+for line in open(sys.argv[1]):
+  rnd, server, items, cpu = line.split()
+  runs[int(rnd)][server] = float(cpu)
+cols = {'reverie/Reverb': [], 'reverie/echo': [], 'echo/Reverb': []}
+for rnd, s in sorted(runs.items()):
+  v, b, e = s['reverie'], s['reverb'], s['echo']
+  for name, x in zip(cols, (v / b, v / e, e / b)):
+    cols[name].append(x)
+  print(f'round {rnd}: server CPU per item, reverie/Reverb {v / b:.2f}x, reverie/echo {v / e:.2f}x, '
+        f'echo/Reverb {e / b:.2f}x')
+print('medians: ' + ', '.join(f'{k} {statistics.median(x):.2f}x' for k, x in cols.items()))
+PY
+  exit 0
+fi
+
+mode=${1:-insert} payload=${2:-40000} secs=${3:-3} rounds=${4:-4}
+max=$((payload > 1000 ? 1000000000 / payload : 1000000))
+mkdir -p .bin/bench
+go build -o .bin/bench/echo ./bench/echo
+outer_stage floor "{\"tables\": [{\"name\": \"t\", \"sampler\": \"uniform\", \"remover\": \"fifo\", \"max_size\": $max, \"rate_limiter\": {\"min_size\": 1}}]}" \
+  "$mode" "$payload" "$secs" "$rounds" "$max"
