@@ -7,7 +7,8 @@ payload size, items per second against concurrent clients, for reverie and
 Reverb under the same client (solid: `reverie bench`, the Go client;
 dashed: the dm-reverb Python client), with the bare gRPC echo of the same
 bytes (grey), the issue's ceiling (a reference rather than a bound: see
-the note under the targets table). Of repeated runs, the best (as in
+the note under the targets table), and where it ran, the echo holding a
+table's worth of payloads in memory (dark grey, dash-dot). Of repeated runs, the best (as in
 bench/results/tables.md). Writes PLOT_DIR/bench-insert.png and
 PLOT_DIR/bench-sample.png.
 """
@@ -30,6 +31,7 @@ STYLE = {
     ('reverie', 'py'): dict(color='tab:blue', ls='--', marker='o', mfc='none', label='reverie, dm-reverb client'),
     ('reverb', 'py'): dict(color='tab:red', ls='--', marker='s', mfc='none', label='Reverb, dm-reverb client'),
     ('echo', 'go'): dict(color='0.55', ls=':', marker='.', label='bare gRPC-Go echo'),
+    ('echo-table', 'go'): dict(color='0.3', ls='-.', marker='x', label='gRPC-Go echo holding a table'),
 }
 PAYLOAD = {400: '400 B', 4000: '4 kB', 40000: '40 kB', 400000: '400 kB'}
 
@@ -59,7 +61,7 @@ def main(argv):
     print('plot.py: no section5 results', file=sys.stderr)
     return 1
   os.makedirs(plots, exist_ok=True)
-  payloads = sorted({r['payload_bytes'] for r in runs if r['server'] != 'echo'})
+  payloads = sorted({r['payload_bytes'] for r in runs if not r['server'].startswith('echo')})
   for fig_no, mode in ((5, 'insert'), (6, 'sample')):
     ncol = 2 if len(payloads) > 1 else 1
     nrow = (len(payloads) + ncol - 1) // ncol
@@ -88,12 +90,17 @@ def main(argv):
       sec.yaxis.set_major_formatter(ticker.FuncFormatter(human))
     for ax in list(axes.flat)[len(payloads):]:
       ax.axis('off')
-    handles, labels = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc='lower center', ncol=3, frameon=False)
+    legend = {}  # label -> handle, every line of every panel once
+    for ax in axes.flat:
+      for h, label in zip(*ax.get_legend_handles_labels()):
+        legend.setdefault(label, h)
+    fig.legend(list(legend.values()), list(legend), loc='lower center', ncol=3, frameon=False)
     what = 'Insert-only' if mode == 'insert' else 'Sample-only'
     fig.suptitle(f'{what} throughput, reverie vs Reverb 0.14.0, same machine (2 cores), '
                  f'random float32 payloads (cf. Reverb paper fig. {fig_no})')
-    fig.tight_layout(rect=(0, 0.06, 1, 0.96))
+    # Room below the panels for the legend's rows.
+    rows = (len(legend) + 2) // 3
+    fig.tight_layout(rect=(0, (0.15 + 0.25 * rows) / fig.get_figheight(), 1, 0.96))
     out = os.path.join(plots, f'bench-{mode}.png')
     fig.savefig(out, dpi=90)
     plt.close(fig)

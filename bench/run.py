@@ -19,7 +19,9 @@ background load on the shared machine hits both alike. The clients:
   paced   bench/paced: sample latency at a fixed offered load
   prio    bench/prioritized: Acme-shaped prioritized replay, Go client
 
-and bench/echo, the bare-gRPC ceiling, is run in the same rotation. Around
+and bench/echo, the bare-gRPC ceiling, is run in the same rotation, twice:
+bare (server 'echo'), and holding as many payloads as a full section-5
+table in memory (server 'echo-table', `echo serve --rings`). Around
 each run the server's CPU seconds (utime+stime from /proc/PID/stat) and
 peak RSS (VmHWM from /proc/PID/status, reset before the run through
 clear_refs) are read, and the CPU the rest of the machine used (from
@@ -80,6 +82,7 @@ PROFILES = {
         prio_items=1_000_000,
         prio_sec=3.0,
         echo_payloads=[400, 4000, 40000, 400000],
+        echo_table_payloads=[400, 40000],
         one_server=False,
     ),
     # Development: about 100 seconds (the issue's bound: 2 minutes).
@@ -104,6 +107,7 @@ PROFILES = {
         prio_items=50_000,
         prio_sec=1.5,
         echo_payloads=[400, 40000],
+        echo_table_payloads=[40000],
         one_server=True,
     ),
 }
@@ -201,21 +205,25 @@ class Server:
 
 
 class EchoServer:
-  """bench/echo's server: the bare-gRPC ceiling, driven like the others."""
+  """bench/echo's server, driven like the others: bare (kind 'echo', the
+  bare-gRPC ceiling), or with payloads given holding as many of each size
+  as a full section-5 table of them (kind 'echo-table')."""
 
-  kind = 'echo'
-
-  def __init__(self, logdir):
+  def __init__(self, logdir, payloads=()):
     self.logdir = logdir
+    self.payloads = list(payloads)
+    self.kind = 'echo-table' if self.payloads else 'echo'
 
   def __enter__(self):
-    logf = open(os.path.join(self.logdir, 'echo.log'), 'w')
-    self.proc = subprocess.Popen([os.path.join(TOOLS, 'echo'), 'serve', '--listen', '127.0.0.1:0'],
-                                 stdout=subprocess.PIPE, stderr=logf, text=True)
+    logf = open(os.path.join(self.logdir, f'{self.kind}.log'), 'w')
+    cmd = [os.path.join(TOOLS, 'echo'), 'serve', '--listen', '127.0.0.1:0']
+    if self.payloads:
+      cmd += ['--rings', ','.join(f'{pl}:{max_size(pl)}' for pl in self.payloads)]
+    self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=logf, text=True)
     self.port = int(self.proc.stdout.readline().strip().split('=')[1])
     self.pid = self.proc.pid
     self.addr = f'127.0.0.1:{self.port}'
-    log(f'echo serving on {self.addr} (pid {self.pid})')
+    log(f'{self.kind} serving on {self.addr} (pid {self.pid})')
     return self
 
   def __exit__(self, *_):
@@ -367,8 +375,9 @@ class Bench:
       json.dump({'tables': tables}, f, indent=1)  # JSON is YAML
     return path
 
-  def section5(self, servers, echo, payload):
+  def section5(self, servers, payload):
     """Reverb paper section 5: insert-only and sample-only sweeps."""
+    echo, echo_table = self.echo, self.echo_table
     p = self.p
     table = f's5_{payload}'
     sat = {}
@@ -381,11 +390,13 @@ class Bench:
       targets = list(servers)
       if echo and payload in p['echo_payloads']:
         targets.append(echo)
+      if echo_table and payload in p['echo_table_payloads']:
+        targets.append(echo_table)
       for n in p['clients']:
         for rep in range(p['reps']):
           for srv in self.order(targets):
-            if srv is echo:
-              self.echo_load(echo, payload, mode, n, p['go_sec'], rep=rep)
+            if srv in (echo, echo_table):
+              self.echo_load(srv, payload, mode, n, p['go_sec'], rep=rep)
               continue
             rec = self.go_bench(srv, 'section5', table, mode, payload, n, sec=p['go_sec'], rep=rep)
             if rec and mode == 'sample':  # saturation: the best of the sweep
@@ -481,7 +492,7 @@ class Bench:
       if 'section5' in only:
         for payload in p['payloads']:
           tables.append(s5_table(payload))
-          steps.append(lambda s, pl=payload: self.section5(s, self.echo, pl))
+          steps.append(lambda s, pl=payload: self.section5(s, pl))
       if 'batched' in only:
         if 400 not in p['payloads'] or 'section5' not in only:
           tables.append(s5_table(400))
@@ -498,18 +509,21 @@ class Bench:
       if 'section5' in only:
         for payload in p['payloads']:
           groups.append((f's5_{payload}', [s5_table(payload)],
-                         [lambda s, pl=payload: self.section5(s, self.echo, pl)]))
+                         [lambda s, pl=payload: self.section5(s, pl)]))
       if 'batched' in only:
         groups.append(('batched', [s5_table(400)], [self.batched]))
       if 'queue' in only:
         groups.append(('queue', [queue_table(p)], [self.queue]))
       if 'prioritized' in only:
         groups.append(('prioritized', [prio_table(p)], [self.prioritized]))
-    self.echo = None
+    self.echo = self.echo_table = None
     with contextlib.ExitStack() as stack:
       if 'echo' in only:
         self.echo = stack.enter_context(EchoServer(self.logdir))
         self.servers['echo'] = [{'kind': 'echo'}]
+        if 'section5' in only and p['echo_table_payloads']:
+          self.echo_table = stack.enter_context(EchoServer(self.logdir, p['echo_table_payloads']))
+          self.servers['echo-table'] = [{'kind': 'echo-table', 'payloads': p['echo_table_payloads']}]
       for name, tables, steps in groups:
         cfg = self.config(name, tables)
         log(f'== {name}')

@@ -11,7 +11,7 @@ import os
 import sys
 
 SERVERS = ('reverie', 'reverb')
-NAMES = {'reverie': 'reverie', 'reverb': 'Reverb', 'echo': 'echo'}
+NAMES = {'reverie': 'reverie', 'reverb': 'Reverb', 'echo': 'echo', 'echo-table': 'echo holding a table'}
 CLIENT_NAMES = {'go': '`reverie bench` (Go client)',
                 'py': 'dm-reverb Python client (bench/reverb_client_driver.py)',
                 'py-procs': 'dm-reverb Python client, one process per client (bench/reverb_client_driver.py --procs)'}
@@ -243,7 +243,7 @@ def prio_table(data):
 
 
 def echo_table(echo, s5):
-  runs = echo['runs']
+  runs = [r for r in echo['runs'] if r['server'] == 'echo']
   s5runs = [r for r in (s5 or {}).get('runs', []) if r['client'] == 'go']
   out = ['| payload | mode | clients | echo items/s | echo MB/s | echo CPU s/M items | reverie MB/s | reverie / echo | Reverb MB/s | Reverb / echo |',
          '|---|---|--:|--:|--:|--:|--:|--:|--:|--:|']
@@ -261,20 +261,51 @@ def echo_table(echo, s5):
   return out
 
 
+def echo_floor_table(echo, s5):
+  """The echo holding a table's worth of payloads (server 'echo-table')
+  against both servers, by server CPU per item: the least a gRPC-Go
+  server that stores and serves that much memory spends."""
+  runs = [r for r in echo['runs'] if r['server'] == 'echo-table']
+  if not runs:
+    return []
+  s5runs = [r for r in (s5 or {}).get('runs', []) if r['client'] == 'go']
+  out = ['| payload | mode | clients | echo items/s | echo CPU s/M items | reverie CPU s/M items | reverie / echo | '
+         'Reverb CPU s/M items | Reverb / echo | echo / Reverb |',
+         '|---|---|--:|--:|--:|--:|--:|--:|--:|--:|']
+  for r in sorted(runs, key=lambda r: (r['payload_bytes'], r['mode'], r['clients'])):
+    e = stat(r, 'cpu_sec_per_m_items')
+    v = stat(find(s5runs, server='reverie', payload_bytes=r['payload_bytes'], mode=r['mode'], clients=r['clients']),
+             'cpu_sec_per_m_items')
+    b = stat(find(s5runs, server='reverb', payload_bytes=r['payload_bytes'], mode=r['mode'], clients=r['clients']),
+             'cpu_sec_per_m_items')
+    out.append(f"| {payload_name(r['payload_bytes'])} | {r['mode']} | {r['clients']} | {fnum(r[r['mode']]['items_per_sec'])} "
+               f"| {fnum(e)} | {fnum(v)} | {fratio(ratio(v, e))} | {fnum(b)} | {fratio(ratio(b, e))} | {fratio(ratio(e, b))} |")
+  out += ['',
+          "The echo here holds as many payloads as the section-5 table of that size (`echo serve --rings`):",
+          'it copies each inserted payload into the next slot of that memory, as a full table replaces its',
+          'oldest item, and answers each sample request with payloads picked from it at random, so its bytes',
+          "come from and go to memory mostly outside the CPU's caches, as a replay server's must. It has no",
+          'table, index, encoding or compression. The last column is how far under Reverb a server that',
+          'cost only this could get; reverie / echo is what reverie spends beyond it.',
+          '']
+  return out
+
+
 def targets(outdir):
   """The issue's targets, each with the measured figures and met / not met."""
   s5 = load(outdir, 'section5')
   echo = load(outdir, 'echo')
   rows = []
 
-  def add(name, value, want, ok, bound='–'):
-    rows.append(f'| {name} | {value} | {want} | {"**met**" if ok else "not met" if ok is not None else "–"} | {bound} |')
+  def add(name, value, want, ok, bound='–', floor='–'):
+    rows.append(f'| {name} | {value} | {want} | {"**met**" if ok else "not met" if ok is not None else "–"} '
+                f'| {bound} | {floor} |')
 
-  def echo_vs(payload, mode, field, reverb_value):
-    """The bare gRPC-Go echo's figure for the same payload, mode and 8
-    clients, against Reverb's: how far a server that cost what the echo
-    costs would get."""
-    e = echo and find(echo['runs'], payload_bytes=payload, mode=mode, clients=8)
+  def echo_vs(payload, mode, field, reverb_value, kind='echo'):
+    """The gRPC-Go echo's figure (kind: bare 'echo' or 'echo-table') for
+    the same payload, mode and 8 clients, against Reverb's: how far a
+    server that cost what the echo costs would get."""
+    e = echo and find(echo['runs'], server=kind, payload_bytes=payload, mode=mode, clients=8)
     if not e:
       return '–'
     v = e[mode]['items_per_sec'] if field == 'items' else stat(e, 'cpu_sec_per_m_items')
@@ -293,12 +324,14 @@ def targets(outdir):
           add(f'{mode} items/s, {payload_name(payload)}, 8 clients ({CLIENT_TAGS[client]})',
               f"{fnum(v[mode]['items_per_sec'])} vs {fnum(b[mode]['items_per_sec'])}: {fratio(r)}",
               '≥ 2×', r >= 2,
-              echo_vs(payload, mode, 'items', b[mode]['items_per_sec']) if client == 'go' else '–')
+              *((echo_vs(payload, mode, 'items', b[mode]['items_per_sec']),
+                 echo_vs(payload, mode, 'items', b[mode]['items_per_sec'], 'echo-table')) if client == 'go' else ()))
           c = ratio(stat(v, 'cpu_sec_per_m_items'), stat(b, 'cpu_sec_per_m_items'))
           add(f'server CPU s/M items, {mode} {payload_name(payload)}, 8 clients ({CLIENT_TAGS[client]})',
               f"{fnum(stat(v, 'cpu_sec_per_m_items'))} vs {fnum(stat(b, 'cpu_sec_per_m_items'))}: {fratio(c)}",
               '≤ 0.5×', None if c is None else c <= 0.5,
-              echo_vs(payload, mode, 'cpu', stat(b, 'cpu_sec_per_m_items')) if client == 'go' else '–')
+              *((echo_vs(payload, mode, 'cpu', stat(b, 'cpu_sec_per_m_items')),
+                 echo_vs(payload, mode, 'cpu', stat(b, 'cpu_sec_per_m_items'), 'echo-table')) if client == 'go' else ()))
     paced = [r for r in s5['runs'] if r['client'] == 'paced']
     for payload in sorted({r['payload_bytes'] for r in paced}):
       for basis, label in (('own', 'each at half its own saturation'),
@@ -328,7 +361,7 @@ def targets(outdir):
     go = [r for r in s5['runs'] if r['client'] == 'go' and r['server'] == 'reverie']
     for mode in ('insert', 'sample'):
       for n in (8, 'best'):
-        es = [r for r in echo['runs'] if r['payload_bytes'] == 400000 and r['mode'] == mode]
+        es = [r for r in echo['runs'] if r['server'] == 'echo' and r['payload_bytes'] == 400000 and r['mode'] == mode]
         vs = [r for r in go if r['payload_bytes'] == 400000 and r.get('mode') == mode]
         if n != 'best':
           es = [r for r in es if r['clients'] == n]
@@ -341,14 +374,16 @@ def targets(outdir):
             f'{fnum(v)} vs {fnum(e)}: {100 * v / e:.0f}%', '≥ 70%', v >= 0.7 * e)
   if not rows:
     return []
-  return ['| target | reverie vs Reverb (or vs target) | want | | bare gRPC-Go echo vs Reverb |',
-          '|---|---|---|---|---|'] + rows + [
+  return ['| target | reverie vs Reverb (or vs target) | want | | bare gRPC-Go echo vs Reverb | echo holding a table vs Reverb |',
+          '|---|---|---|---|---|---|'] + rows + [
           '',
-          'The last column is bench/echo in the same run (Go client; same payload, mode and clients): a',
-          'gRPC-Go server with no table and no encoding that moves the same bytes, against Reverb. It',
-          'shows what gRPC-Go\'s transport costs on this machine, not a strict bound: the echo acknowledges',
-          'every insert and answers sample requests one at a time, where a replay server confirms items',
-          'in batches and streams samples ahead of requests, so reverie can pass it (see the echo table).',
+          'The last two columns are bench/echo in the same run (Go client; same payload, mode and clients):',
+          'a gRPC-Go server with no table and no encoding that moves the same bytes, against Reverb. The',
+          'bare echo shows what gRPC-Go\'s transport costs on this machine, not a strict bound: it',
+          'acknowledges every insert and answers sample requests one at a time, where a replay server',
+          'confirms items in batches and streams samples ahead of requests, so reverie can pass it (see',
+          'the echo table). The echo holding a table keeps as many payloads in memory as the table, as a',
+          'replay server must, and moves them from and to that memory (see its table).',
           '']
 
 
@@ -457,6 +492,10 @@ def render(outdir):
   if e:
     out.append('### Bare gRPC streaming echo: the ceiling (bench/echo)\n')
     out.extend(echo_table(e, s5))
+    f = echo_floor_table(e, s5)
+    if f:
+      out.append('### gRPC streaming echo holding a table (bench/echo --rings)\n')
+      out.extend(f)
   return '\n'.join(out) + '\n'
 
 
