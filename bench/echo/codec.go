@@ -17,7 +17,7 @@ import (
 // copied once out of gRPC's buffers into memory the receiver owns (not
 // zeroed first). The wire format is the proto codec's.
 //
-// With rings (the server's, with --ring-bytes), a payload of a size that
+// With rings (the server's, from --rings), a payload of a size that
 // has a ring is copied into the ring's next slot instead.
 type bytesCodec struct {
 	proto encoding.CodecV2
