@@ -63,10 +63,16 @@ fill_both_servers() {
   done
 }
 
-# round_order R: the servers in the order round R runs them, alternating
-# between rounds so that a drift of the machine hits both alike.
+# round_order R [SERVER...]: the servers (default: reverb reverie) in the
+# order round R runs them, rotated by one each round so that a drift of the
+# machine hits all alike: round 1 runs them as given.
 round_order() {
-  if (($1 % 2)); then echo "reverb reverie"; else echo "reverie reverb"; fi
+  local r=$1
+  shift
+  local s=("$@")
+  ((${#s[@]})) || s=(reverb reverie)
+  local k=$(((r - 1) % ${#s[@]}))
+  echo "${s[@]:k}" "${s[@]:0:k}"
 }
 
 # outer_stage NAME CONFIG ARGS...: the outer stage of such a script. Builds

@@ -40,9 +40,7 @@ if [[ ${1:-} == __inner ]]; then
   fill_both_servers t "$payload" $((max + max / 10))
   tick=$(getconf CLK_TCK)
   for r in $(seq "$rounds"); do
-    order=(reverb reverie echo)
-    k=$(((r - 1) % 3))
-    for s in "${order[@]:k}" "${order[@]:0:k}"; do
+    for s in $(round_order "$r" reverb reverie echo); do
       c0=$(awk '{print $14+$15}' "/proc/${pid[$s]}/stat")
       if [[ $s == echo ]]; then
         .bin/bench/echo load --addr "${addr[echo]}" --mode "$mode" --payload "$payload" \
