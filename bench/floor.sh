@@ -18,6 +18,11 @@
 # stime from /proc/PID/stat around the run); then, per round, reverie's CPU
 # per item over Reverb's and over the echo's, and the echo's over Reverb's:
 # how far under Reverb a server that cost no more than the echo could get.
+#
+# FLOOR_ECHOES="NAME=FLAGS;..." adds more echoes holding a table to the
+# rotation, each started with `echo serve --rings ... FLAGS` (e.g.
+# "keep=--keep;keep-rb0=--keep --read-buffer 0"); every round then also
+# prints each one's CPU per item over the echo's and over Reverb's.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -29,7 +34,8 @@ if [[ ${1:-} == __inner ]]; then
   start_both_servers floor "$py" "$dir"
   .bin/bench/echo serve --listen 127.0.0.1:0 --rings "$payload:$max" >"$dir/echo.out" 2>"$dir/echo.log" &
   epid=$!
-  trap 'kill -TERM $rpid $vpid $epid 2>/dev/null || true' EXIT
+  extra=()
+  trap 'kill -TERM $rpid $vpid $epid ${extra[*]} 2>/dev/null || true' EXIT
   for _ in $(seq 300); do
     eport=$(sed -n 's/^port=//p' "$dir/echo.out")
     [[ -n $eport ]] && break
@@ -37,13 +43,34 @@ if [[ ${1:-} == __inner ]]; then
   done
   [[ -n $eport ]] || { echo "floor: the echo did not start" >&2; cat "$dir/echo.log" >&2; exit 1; }
   addr[echo]=127.0.0.1:$eport pid[echo]=$epid
+  servers=(reverb reverie echo)
+  IFS=';' read -ra variants <<<"${FLOOR_ECHOES:-}"
+  for v in "${variants[@]}"; do
+    name=${v%%=*} flags=${v#*=}
+    # shellcheck disable=SC2086 # flags are words
+    .bin/bench/echo serve --listen 127.0.0.1:0 --rings "$payload:$max" $flags >"$dir/$name.out" 2>"$dir/$name.log" &
+    vp=$!
+    extra+=("$vp")
+    port=
+    for _ in $(seq 300); do
+      port=$(sed -n 's/^port=//p' "$dir/$name.out")
+      [[ -n $port ]] && break
+      sleep 0.2
+    done
+    [[ -n $port ]] || { echo "floor: echo $name did not start" >&2; cat "$dir/$name.log" >&2; exit 1; }
+    addr[$name]=127.0.0.1:$port pid[$name]=$vp
+    servers+=("$name")
+    # Fill its ring's slots (a kept payload lands in each).
+    .bin/bench/echo load --addr "${addr[$name]}" --mode insert --payload "$payload" --clients 4 \
+      --duration "$(((max * payload) / 400000000 + 2))s" >/dev/null
+  done
   fill_both_servers t "$payload" $((max + max / 10))
   tick=$(getconf CLK_TCK)
   for r in $(seq "$rounds"); do
-    for s in $(round_order "$r" reverb reverie echo); do
+    for s in $(round_order "$r" "${servers[@]}"); do
       c0=$(awk '{print $14+$15}' "/proc/${pid[$s]}/stat")
-      if [[ $s == echo ]]; then
-        .bin/bench/echo load --addr "${addr[echo]}" --mode "$mode" --payload "$payload" \
+      if [[ $s != reverb && $s != reverie ]]; then
+        .bin/bench/echo load --addr "${addr[$s]}" --mode "$mode" --payload "$payload" \
           --clients 8 --duration "${secs}s" --json >"$dir/out.json"
       else
         .bin/reverie bench --addr "${addr[$s]}" --table t --mode "$mode" --payload "$payload" \
@@ -67,13 +94,16 @@ runs = collections.defaultdict(dict)
 for line in open(sys.argv[1]):
   rnd, server, items, cpu = line.split()
   runs[int(rnd)][server] = float(cpu)
-cols = {'reverie/Reverb': [], 'reverie/echo': [], 'echo/Reverb': []}
+cols = collections.defaultdict(list)
 for rnd, s in sorted(runs.items()):
   v, b, e = s['reverie'], s['reverb'], s['echo']
-  for name, x in zip(cols, (v / b, v / e, e / b)):
+  ratios = {'reverie/Reverb': v / b, 'reverie/echo': v / e, 'echo/Reverb': e / b}
+  for name in sorted(set(s) - {'reverie', 'reverb', 'echo'}):
+    ratios[f'{name}/echo'] = s[name] / e
+    ratios[f'{name}/Reverb'] = s[name] / b
+  for name, x in ratios.items():
     cols[name].append(x)
-  print(f'round {rnd}: server CPU per item, reverie/Reverb {v / b:.2f}x, reverie/echo {v / e:.2f}x, '
-        f'echo/Reverb {e / b:.2f}x')
+  print(f'round {rnd}: server CPU per item, ' + ', '.join(f'{k} {x:.2f}x' for k, x in ratios.items()))
 print('medians: ' + ', '.join(f'{k} {statistics.median(x):.2f}x' for k, x in cols.items()))
 PY
   exit 0

@@ -18,7 +18,8 @@ import (
 // zeroed first). The wire format is the proto codec's.
 //
 // With rings (the server's, from --rings), a payload of a size that
-// has a ring is copied into the ring's next slot instead.
+// has a ring is copied into the ring's next slot instead, or with --keep
+// left in gRPC's buffers and those kept in the slot.
 type bytesCodec struct {
 	proto encoding.CodecV2
 	rings rings
@@ -64,6 +65,14 @@ func (c *bytesCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		return c.proto.Unmarshal(data, v)
 	}
 	views[0] = first[n+k:]
+	if r := c.rings[int(size)]; r != nil && r.held != nil {
+		// Kept where the transport read it: gRPC frees data after
+		// Unmarshal, so take a reference first.
+		data.Ref()
+		r.hold(&heldPayload{bufs: data, parts: views})
+		m.Value = views[0]
+		return nil
+	}
 	if r := c.rings[int(size)]; r != nil {
 		slot := r.take()
 		at := 0

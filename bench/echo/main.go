@@ -3,8 +3,8 @@
 // payloads of N bytes, one per message) with no table, no chunk encoding
 // and no compression.
 //
-//	echo serve [--listen 127.0.0.1:0] [--rings SIZE:SLOTS,...]
-//	                                        prints port=N, serves until SIGTERM
+//	echo serve [--listen 127.0.0.1:0] [--rings SIZE:SLOTS,... [--keep]]
+//	    [--read-buffer BYTES]               prints port=N, serves until SIGTERM
 //	echo load --addr 127.0.0.1:N --mode insert|sample --payload 400 \
 //	    --clients 8 --duration 2s [--json]
 //
@@ -26,7 +26,11 @@
 // as much memory as a full replay table of such items: it copies each
 // inserted payload into the ring and makes sample responses of payloads
 // picked from it at random (ring.go). Payloads of other sizes are moved as
-// above.
+// above. With --keep it copies nothing: each inserted payload stays in the
+// buffers gRPC's transport read it into, and those are held in the ring
+// until the slot is overwritten. --read-buffer sets gRPC's read buffer
+// (32 KiB, gRPC's default and reverie's; 0 reads each frame straight from
+// the socket into its own buffer).
 //
 // The JSON report has the fields of `reverie bench --json`.
 package main
@@ -106,9 +110,10 @@ func downHandler(srv any, st grpc.ServerStream) error {
 			return err
 		}
 		if r := rs[int(req.GetValue()>>16)]; r != nil {
-			p := &pieces{parts: make([][]byte, req.GetValue()&0xffff)}
-			for i := range p.parts {
-				p.parts[i] = r.pick()
+			n := int(req.GetValue() & 0xffff)
+			p := &pieces{parts: make([][]byte, 0, n)}
+			for range n {
+				p.parts = r.pickParts(p.parts)
 			}
 			if err := st.SendMsg(p); err != nil {
 				return err
@@ -130,10 +135,12 @@ func serve(args []string) int {
 	fs := flag.NewFlagSet("echo serve", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:0", "address to listen on")
 	ringSpec := fs.String("rings", "", "SIZE:SLOTS,...: hold SLOTS payloads of SIZE bytes, as a full replay table does (ring.go)")
+	keep := fs.Bool("keep", false, "with --rings: keep inserted payloads in the buffers gRPC read them into, instead of copying them")
+	readBuf := fs.Int("read-buffer", 32<<10, "gRPC's read buffer in bytes; 0 reads frames straight from the socket")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	rs, err := parseRings(*ringSpec)
+	rs, err := parseRings(*ringSpec, *keep)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "echo serve:", err)
 		return 2
@@ -149,7 +156,7 @@ func serve(args []string) int {
 	s := grpc.NewServer(grpc.MaxRecvMsgSize(math.MaxInt32), grpc.MaxSendMsgSize(math.MaxInt32),
 		grpc.ForceServerCodecV2(newBytesCodec(rs)),
 		experimental.BufferPool(&bufpool.Pool{}),
-		grpc.WriteBufferSize(1<<20))
+		grpc.WriteBufferSize(1<<20), grpc.ReadBufferSize(*readBuf))
 	s.RegisterService(&serviceDesc, &echoServer{rings: rs})
 	fmt.Printf("port=%d\n", lis.Addr().(*net.TCPAddr).Port)
 	go func() {

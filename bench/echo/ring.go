@@ -14,7 +14,8 @@ import (
 
 // A ring is memory the size of a replay table, for payloads of one size.
 // With `echo serve --rings`, the server copies each inserted payload
-// into the ring's next slot, as a full table overwrites its oldest items,
+// into the ring's next slot (with --keep, holds it there in the buffers
+// gRPC read it into), as a full table overwrites its oldest items,
 // and builds each sample response from slots chosen at random, as a
 // uniform sampler picks items. The echo then moves its bytes from and to
 // memory that is mostly not in the CPU's caches, as a replay server
@@ -30,6 +31,17 @@ type ring struct {
 	slots int
 	buf   []byte
 	next  atomic.Uint64
+	// held, with --keep: each slot's payload as gRPC received it, its
+	// buffers kept (Ref) instead of copied; nil until a payload lands.
+	held []atomic.Pointer[heldPayload]
+}
+
+// heldPayload is a payload left in the buffers gRPC's transport read it
+// into: bufs holds a reference on them, and parts are the payload's bytes
+// in them, in order.
+type heldPayload struct {
+	bufs  mem.BufferSlice
+	parts [][]byte
 }
 
 // newRing makes a ring of slots of size bytes each and writes every page
@@ -49,10 +61,28 @@ func (r *ring) take() []byte {
 	return r.buf[i*r.size : (i+1)*r.size : (i+1)*r.size]
 }
 
-// pick returns a slot chosen uniformly at random.
-func (r *ring) pick() []byte {
+// hold keeps h in the next slot (with --keep) and releases the payload it
+// replaces.
+func (r *ring) hold(h *heldPayload) {
+	i := int((r.next.Add(1) - 1) % uint64(r.slots))
+	if old := r.held[i].Swap(h); old != nil {
+		old.bufs.Free()
+	}
+}
+
+// pickParts appends the parts of a slot chosen uniformly at random: its
+// held payload, or with none yet (or without --keep) the slot's bytes.
+// A held payload may be released while it is sent, as a slot may be
+// overwritten (above); its buffers are then reused by gRPC, still memory
+// of the process.
+func (r *ring) pickParts(parts [][]byte) [][]byte {
 	i := rand.IntN(r.slots)
-	return r.buf[i*r.size : (i+1)*r.size : (i+1)*r.size]
+	if r.held != nil {
+		if h := r.held[i].Load(); h != nil {
+			return append(parts, h.parts...)
+		}
+	}
+	return append(parts, r.buf[i*r.size:(i+1)*r.size:(i+1)*r.size])
 }
 
 // rings are the server's rings by payload size, made before it serves.
@@ -60,8 +90,9 @@ type rings map[int]*ring
 
 // parseRings makes the rings of spec, a comma-separated list of
 // SIZE:SLOTS (payload bytes and how many payloads the ring holds); an
-// empty spec makes none.
-func parseRings(spec string) (rings, error) {
+// empty spec makes none. With keep, the rings hold inserted payloads in
+// gRPC's own buffers instead of copying them (ring.hold).
+func parseRings(spec string, keep bool) (rings, error) {
 	rs := rings{}
 	if spec == "" {
 		return rs, nil
@@ -77,6 +108,9 @@ func parseRings(spec string) (rings, error) {
 			return nil, fmt.Errorf("--rings: payload size %d given twice", n)
 		}
 		rs[n] = newRing(n, k)
+		if keep {
+			rs[n].held = make([]atomic.Pointer[heldPayload], k)
+		}
 	}
 	return rs, nil
 }

@@ -10,18 +10,18 @@ import (
 )
 
 func TestParseRings(t *testing.T) {
-	rs, err := parseRings("400:10, 40000:3")
+	rs, err := parseRings("400:10, 40000:3", false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(rs) != 2 || rs[400].slots != 10 || rs[40000].slots != 3 || len(rs[40000].buf) != 120000 {
 		t.Fatalf("parseRings: got %+v", rs)
 	}
-	if rs, err := parseRings(""); err != nil || len(rs) != 0 {
-		t.Fatalf(`parseRings(""): %v, %v`, rs, err)
+	if rs, err := parseRings("", false); err != nil || len(rs) != 0 {
+		t.Fatalf(`parseRings("", false): %v, %v`, rs, err)
 	}
 	for _, bad := range []string{"400", "400:0", "0:5", "x:5", "400:-1", "400:2,400:3", "400:2,"} {
-		if _, err := parseRings(bad); err == nil {
+		if _, err := parseRings(bad, false); err == nil {
 			t.Errorf("parseRings(%q): no error", bad)
 		}
 	}
@@ -42,9 +42,9 @@ func TestRingSlots(t *testing.T) {
 		}
 	}
 	for range 100 {
-		s := r.pick()
-		if len(s) != 4 || cap(s) != 4 {
-			t.Fatalf("pick: slot of len %d cap %d", len(s), cap(s))
+		p := r.pickParts(nil)
+		if len(p) != 1 || len(p[0]) != 4 || cap(p[0]) != 4 {
+			t.Fatalf("pickParts: %d parts, the first of len %d cap %d", len(p), len(p[0]), cap(p[0]))
 		}
 	}
 }
@@ -52,7 +52,7 @@ func TestRingSlots(t *testing.T) {
 // An inserted payload split across gRPC's buffers lands whole in the ring's
 // next slot, and a sample response of slots decodes as one BytesValue.
 func TestCodecRing(t *testing.T) {
-	rs, err := parseRings("1000:2")
+	rs, err := parseRings("1000:2", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,5 +88,57 @@ func TestCodecRing(t *testing.T) {
 	got := new(wrapperspb.BytesValue)
 	if err := proto.Unmarshal(out.Materialize(), got); err != nil || string(got.Value) != "abcdef" {
 		t.Fatalf("pieces decode as %q, %v; want \"abcdef\"", got.Value, err)
+	}
+}
+
+// countingPool is a gRPC buffer pool that counts the buffers given back.
+type countingPool struct{ put int }
+
+func (p *countingPool) Get(n int) *[]byte { b := make([]byte, n); return &b }
+func (p *countingPool) Put(*[]byte)       { p.put++ }
+
+// With --keep an inserted payload stays in gRPC's buffers: they outlive
+// gRPC's own Free, samples are made of them, and they go back to the pool
+// only when the slot is overwritten.
+func TestCodecRingKeep(t *testing.T) {
+	rs, err := parseRings("5000:1", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newBytesCodec(rs)
+	pool := &countingPool{}
+	receive := func(seed uint64) []byte {
+		t.Helper()
+		payload := randomBytes(5000, seed)
+		enc, err := proto.Marshal(wrapperspb.Bytes(payload))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var data mem.BufferSlice
+		// Parts of 1 KiB or more: gRPC pools no smaller buffers.
+		for _, part := range [][]byte{enc[:1100], enc[1100:3000], enc[3000:]} {
+			b := pool.Get(len(part))
+			copy(*b, part)
+			data = append(data, mem.NewBuffer(b, pool))
+		}
+		if err := c.Unmarshal(data, new(wrapperspb.BytesValue)); err != nil {
+			t.Fatal(err)
+		}
+		data.Free() // as gRPC does after Unmarshal
+		return payload
+	}
+	first := receive(5)
+	if pool.put != 0 {
+		t.Fatalf("%d buffers back in the pool while the payload is held", pool.put)
+	}
+	if got := bytes.Join(rs[5000].pickParts(nil), nil); !bytes.Equal(got, first) {
+		t.Fatal("pickParts: not the held payload")
+	}
+	second := receive(6)
+	if pool.put != 3 {
+		t.Fatalf("%d buffers back in the pool after the slot was overwritten, want 3", pool.put)
+	}
+	if got := bytes.Join(rs[5000].pickParts(nil), nil); !bytes.Equal(got, second) {
+		t.Fatal("pickParts: not the second payload")
 	}
 }
