@@ -387,3 +387,94 @@ func TestDecodeChunksIntoStore(t *testing.T) {
 		}
 	}
 }
+
+// chunkRequest encodes an InsertStreamRequest of one chunk of n random
+// bytes (key) and one item referring to it.
+func chunkRequest(t testing.TB, key uint64, n int) []byte {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(key, 9))
+	content := make([]byte, n)
+	for j := range content {
+		content[j] = byte(rng.Uint32())
+	}
+	b, err := proto.Marshal(&reverbpb.InsertStreamRequest{
+		Chunks: []*reverbpb.ChunkData{{
+			ChunkKey:      key,
+			SequenceRange: &reverbpb.SequenceRange{EpisodeId: 1, Start: 0, End: 0},
+			Data: &reverbpb.ChunkData_Data{Tensors: []*tensorflowpb.TensorProto{{
+				Dtype:         tensorflowpb.DataType_DT_UINT8,
+				TensorShape:   &tensorflowpb.TensorShapeProto{Dim: []*tensorflowpb.TensorShapeProto_Dim{{Size: 1}, {Size: int64(n)}}},
+				TensorContent: content,
+			}}},
+			DataTensorsLen: 1,
+		}},
+		Items: []*reverbpb.PrioritizedItem{{Key: key + 1, Table: "t", Priority: 1}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestDecodeReusesReader: an insertRequest decodes request after request
+// with the same reader, each whole and right, and keeps no reference to a
+// request's buffers (gRPC reuses them) once decodeInto returns.
+func TestDecodeReusesReader(t *testing.T) {
+	var m insertRequest
+	for i, n := range []int{400_000, 3_000, 40_000, 0} {
+		b := chunkRequest(t, uint64(100+10*i), n)
+		var want reverbpb.InsertStreamRequest
+		if err := proto.Unmarshal(b, &want); err != nil {
+			t.Fatal(err)
+		}
+		m.decodeInto(split(b, 16<<10-7), nil)
+		if m.err != nil {
+			t.Fatalf("request %d: %v", i, m.err)
+		}
+		wantChunk, _ := proto.Marshal(want.Chunks[0])
+		if len(m.chunks) != 1 || !bytes.Equal(m.chunks[0].enc, wantChunk) || len(m.items) != 1 || m.items[0].key != want.Items[0].Key {
+			t.Fatalf("request %d (chunk of %d bytes) decoded wrong", i, n)
+		}
+		r := &m.reader
+		if r.cur != nil || r.rest != nil || r.store != nil {
+			t.Fatalf("request %d: the reader still holds the message", i)
+		}
+		for _, v := range r.bufs[:cap(r.bufs)] {
+			if v != nil {
+				t.Fatalf("request %d: the reader still holds one of gRPC's buffers", i)
+			}
+		}
+		for _, v := range r.views[:cap(r.views)] {
+			if v != nil {
+				t.Fatalf("request %d: the reader still holds a view of gRPC's buffers", i)
+			}
+		}
+		if !m.reset() {
+			t.Fatalf("request %d: reset would drop the request", i)
+		}
+	}
+}
+
+// BenchmarkDecodeInsert: one request of a chunk of PAYLOAD bytes and an
+// item, in gRPC's 16 KiB buffers, decoded into a recycled insertRequest
+// as an insert stream does. The chunk's buffer is the one allocation a
+// request needs (in a full table the store reuses evicted chunks' buffers
+// for 32 KiB and more); 2026-11-26, before the reader was reused: 3, 8
+// and 14 allocations, 152, 464 and 3,408 bytes besides the chunk's.
+func BenchmarkDecodeInsert(b *testing.B) {
+	for _, n := range []int{400, 40_000, 400_000} {
+		b.Run(fmt.Sprintf("payload=%d", n), func(b *testing.B) {
+			data := split(chunkRequest(b, 1, n), 16<<10)
+			store := chunkstore.New()
+			var m insertRequest
+			b.ReportAllocs()
+			for b.Loop() {
+				m.decodeInto(data, store)
+				if m.err != nil {
+					b.Fatal(m.err)
+				}
+				m.reset()
+			}
+		})
+	}
+}
