@@ -346,20 +346,7 @@ func TestDecodeChunksIntoStore(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	var chunks []*reverbpb.ChunkData
 	for i, n := range []int{100_000, 1_000, 40_000, 32_000} {
-		content := make([]byte, n)
-		for j := range content {
-			content[j] = byte(rng.Uint32())
-		}
-		chunks = append(chunks, &reverbpb.ChunkData{
-			ChunkKey:      uint64(10 + i),
-			SequenceRange: &reverbpb.SequenceRange{EpisodeId: 1, Start: 0, End: 0},
-			Data: &reverbpb.ChunkData_Data{Tensors: []*tensorflowpb.TensorProto{{
-				Dtype:         tensorflowpb.DataType_DT_UINT8,
-				TensorShape:   &tensorflowpb.TensorShapeProto{Dim: []*tensorflowpb.TensorShapeProto_Dim{{Size: 1}, {Size: int64(n)}}},
-				TensorContent: content,
-			}}},
-			DataTensorsLen: 1,
-		})
+		chunks = append(chunks, bytesChunk(rng, uint64(10+i), n))
 	}
 	b, err := proto.Marshal(&reverbpb.InsertStreamRequest{Chunks: chunks})
 	if err != nil {
@@ -388,27 +375,32 @@ func TestDecodeChunksIntoStore(t *testing.T) {
 	}
 }
 
-// chunkRequest encodes an InsertStreamRequest of one chunk of n random
-// bytes (key) and one item referring to it.
-func chunkRequest(t testing.TB, key uint64, n int) []byte {
-	t.Helper()
-	rng := rand.New(rand.NewPCG(key, 9))
+// bytesChunk is a one-row chunk (key) of one uint8 tensor of n bytes from
+// rng, stored uncompressed.
+func bytesChunk(rng *rand.Rand, key uint64, n int) *reverbpb.ChunkData {
 	content := make([]byte, n)
 	for j := range content {
 		content[j] = byte(rng.Uint32())
 	}
+	return &reverbpb.ChunkData{
+		ChunkKey:      key,
+		SequenceRange: &reverbpb.SequenceRange{EpisodeId: 1, Start: 0, End: 0},
+		Data: &reverbpb.ChunkData_Data{Tensors: []*tensorflowpb.TensorProto{{
+			Dtype:         tensorflowpb.DataType_DT_UINT8,
+			TensorShape:   &tensorflowpb.TensorShapeProto{Dim: []*tensorflowpb.TensorShapeProto_Dim{{Size: 1}, {Size: int64(n)}}},
+			TensorContent: content,
+		}}},
+		DataTensorsLen: 1,
+	}
+}
+
+// chunkRequest encodes an InsertStreamRequest of one chunk of n random
+// bytes (key) and one item referring to it.
+func chunkRequest(t testing.TB, key uint64, n int) []byte {
+	t.Helper()
 	b, err := proto.Marshal(&reverbpb.InsertStreamRequest{
-		Chunks: []*reverbpb.ChunkData{{
-			ChunkKey:      key,
-			SequenceRange: &reverbpb.SequenceRange{EpisodeId: 1, Start: 0, End: 0},
-			Data: &reverbpb.ChunkData_Data{Tensors: []*tensorflowpb.TensorProto{{
-				Dtype:         tensorflowpb.DataType_DT_UINT8,
-				TensorShape:   &tensorflowpb.TensorShapeProto{Dim: []*tensorflowpb.TensorShapeProto_Dim{{Size: 1}, {Size: int64(n)}}},
-				TensorContent: content,
-			}}},
-			DataTensorsLen: 1,
-		}},
-		Items: []*reverbpb.PrioritizedItem{{Key: key + 1, Table: "t", Priority: 1}},
+		Chunks: []*reverbpb.ChunkData{bytesChunk(rand.New(rand.NewPCG(key, 9)), key, n)},
+		Items:  []*reverbpb.PrioritizedItem{{Key: key + 1, Table: "t", Priority: 1}},
 	})
 	if err != nil {
 		t.Fatal(err)
