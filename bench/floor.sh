@@ -32,33 +32,32 @@ if [[ ${1:-} == __inner ]]; then
   shift
   py=$1 dir=$2 mode=$3 payload=$4 secs=$5 rounds=$6 max=$7
   start_both_servers floor "$py" "$dir"
-  .bin/bench/echo serve --listen 127.0.0.1:0 --rings "$payload:$max" >"$dir/echo.out" 2>"$dir/echo.log" &
-  epid=$!
-  extra=()
-  trap 'kill -TERM $rpid $vpid $epid ${extra[*]} 2>/dev/null || true' EXIT
-  for _ in $(seq 300); do
-    eport=$(sed -n 's/^port=//p' "$dir/echo.out")
-    [[ -n $eport ]] && break
-    sleep 0.2
-  done
-  [[ -n $eport ]] || { echo "floor: the echo did not start" >&2; cat "$dir/echo.log" >&2; exit 1; }
-  addr[echo]=127.0.0.1:$eport pid[echo]=$epid
-  servers=(reverb reverie echo)
-  IFS=';' read -ra variants <<<"${FLOOR_ECHOES:-}"
-  for v in "${variants[@]}"; do
-    name=${v%%=*} flags=${v#*=}
-    # shellcheck disable=SC2086 # flags are words
-    .bin/bench/echo serve --listen 127.0.0.1:0 --rings "$payload:$max" $flags >"$dir/$name.out" 2>"$dir/$name.log" &
-    vp=$!
-    extra+=("$vp")
-    port=
+  echoes=()
+  trap 'kill -TERM $rpid $vpid ${echoes[*]} 2>/dev/null || true' EXIT
+  # start_echo NAME [FLAGS...]: an echo holding a table of the run's
+  # payloads, started with FLAGS; waits for its port and records it in
+  # addr and pid, and in echoes to stop it on exit.
+  start_echo() {
+    local name=$1 port=
+    shift
+    .bin/bench/echo serve --listen 127.0.0.1:0 --rings "$payload:$max" "$@" >"$dir/$name.out" 2>"$dir/$name.log" &
+    pid[$name]=$!
+    echoes+=("$!")
     for _ in $(seq 300); do
       port=$(sed -n 's/^port=//p' "$dir/$name.out")
       [[ -n $port ]] && break
       sleep 0.2
     done
     [[ -n $port ]] || { echo "floor: echo $name did not start" >&2; cat "$dir/$name.log" >&2; exit 1; }
-    addr[$name]=127.0.0.1:$port pid[$name]=$vp
+    addr[$name]=127.0.0.1:$port
+  }
+  start_echo echo
+  servers=(reverb reverie echo)
+  IFS=';' read -ra variants <<<"${FLOOR_ECHOES:-}"
+  for v in "${variants[@]}"; do
+    name=${v%%=*} flags=${v#*=}
+    # shellcheck disable=SC2086 # flags are words
+    start_echo "$name" $flags
     servers+=("$name")
     # Fill its ring's slots (a kept payload lands in each).
     .bin/bench/echo load --addr "${addr[$name]}" --mode insert --payload "$payload" --clients 4 \
