@@ -26,7 +26,8 @@ const (
 	// 3.4-4.5 GB against 2.2-2.3 GB at 4 MiB, and its first runs spent
 	// 2-4x the CPU per item growing its heap. 1 MiB cost 10-21% of the
 	// items/s at 40 kB with 8 writers (3 of 4 rounds); 4 MiB ran level
-	// with 40 MiB there (docs/benchmarks.md, bench/client-ab.sh).
+	// with 40 MiB there (docs/benchmarks-notes.md, "Bugs and oddities seen";
+	// bench/client-ab.sh).
 	writerMaxRequestBytes = 4 << 20
 	// Backoff between attempts to reopen the insert stream: doubling from
 	// the minimum to the maximum, back to the minimum after a stream that

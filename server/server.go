@@ -108,7 +108,7 @@ const (
 // none; one being written to holds up to 1 MiB, for as long as the burst
 // lasts (including a write blocked on a client that reads slowly). Against gRPC's default of 32 KiB, 1 MiB cost the server about
 // 10-20% less CPU per sample at 400 B, 40 kB and 400 kB in most A/B
-// rounds (docs/benchmarks.md).
+// rounds (docs/benchmarks-notes.md, "Writes in 1 MiB bursts").
 const writeBufferBytes = 1 << 20
 
 // New builds a server from cfg. It validates cfg and fails without side

@@ -36,7 +36,7 @@ const (
 	// the heap small, so that the first checkpoints under load, which
 	// keep the chunks evicted while they run, grew it into fresh memory
 	// and slowed the load they run beside (see "Reusing the buffers of
-	// released chunks" in docs/benchmarks.md).
+	// released chunks" in docs/benchmarks-notes.md).
 	recycleMinBytes = 32 << 10
 	pageBytes       = 8 << 10
 	// maxFreeBytes bounds the free buffers kept, and so the memory a
