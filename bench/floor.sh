@@ -21,7 +21,8 @@
 #
 # FLOOR_ECHOES="NAME=FLAGS;..." adds more echoes holding a table to the
 # rotation, each started with `echo serve --rings ... FLAGS` (e.g.
-# "keep=--keep;keep-rb0=--keep --read-buffer 0"); every round then also
+# "keep=--keep;keep-rb0=--keep --read-buffer 0"; "raw=--raw", plain TCP with
+# no gRPC, the floor of any transport); every round then also
 # prints each one's CPU per item over the echo's and over Reverb's.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -33,6 +34,7 @@ if [[ ${1:-} == __inner ]]; then
   py=$1 dir=$2 mode=$3 payload=$4 secs=$5 rounds=$6 max=$7
   start_both_servers floor "$py" "$dir"
   echoes=()
+  declare -A loadflags
   trap 'kill -TERM $rpid $vpid ${echoes[*]} 2>/dev/null || true' EXIT
   # start_echo NAME [FLAGS...]: an echo holding a table of the run's
   # payloads, started with FLAGS; waits for its port and records it in
@@ -42,6 +44,9 @@ if [[ ${1:-} == __inner ]]; then
     shift
     .bin/bench/echo serve --listen 127.0.0.1:0 --rings "$payload:$max" "$@" >"$dir/$name.out" 2>"$dir/$name.log" &
     pid[$name]=$!
+    # A raw echo (plain TCP) is driven by a raw load.
+    loadflags[$name]=
+    [[ " $* " == *" --raw "* ]] && loadflags[$name]=--raw
     echoes+=("$!")
     for _ in $(seq 300); do
       port=$(sed -n 's/^port=//p' "$dir/$name.out")
@@ -60,7 +65,8 @@ if [[ ${1:-} == __inner ]]; then
     start_echo "$name" $flags
     servers+=("$name")
     # Fill its ring's slots (a kept payload lands in each).
-    .bin/bench/echo load --addr "${addr[$name]}" --mode insert --payload "$payload" --clients 4 \
+    # shellcheck disable=SC2086 # empty or one word
+    .bin/bench/echo load ${loadflags[$name]} --addr "${addr[$name]}" --mode insert --payload "$payload" --clients 4 \
       --duration "$(((max * payload) / 400000000 + 2))s" >/dev/null
   done
   fill_both_servers t "$payload" $((max + max / 10))
@@ -69,7 +75,8 @@ if [[ ${1:-} == __inner ]]; then
     for s in $(round_order "$r" "${servers[@]}"); do
       c0=$(awk '{print $14+$15}' "/proc/${pid[$s]}/stat")
       if [[ $s != reverb && $s != reverie ]]; then
-        .bin/bench/echo load --addr "${addr[$s]}" --mode "$mode" --payload "$payload" \
+        # shellcheck disable=SC2086 # empty or one word
+        .bin/bench/echo load ${loadflags[$s]} --addr "${addr[$s]}" --mode "$mode" --payload "$payload" \
           --clients 8 --duration "${secs}s" --json >"$dir/out.json"
       else
         .bin/reverie bench --addr "${addr[$s]}" --table t --mode "$mode" --payload "$payload" \

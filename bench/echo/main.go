@@ -4,14 +4,19 @@
 // and no compression.
 //
 //	echo serve [--listen 127.0.0.1:0] [--rings SIZE:SLOTS,... [--keep]]
-//	    [--read-buffer BYTES]               prints port=N, serves until SIGTERM
+//	    [--read-buffer BYTES] [--raw] [--ack-every N]
+//	                                        prints port=N, serves until SIGTERM
 //	echo load --addr 127.0.0.1:N --mode insert|sample --payload 400 \
-//	    --clients 8 --duration 2s [--json]
+//	    --clients 8 --duration 2s [--json] [--raw]
+//
+// With --raw on both, the same flows run over plain TCP with no gRPC
+// (raw.go): holding a table, the floor of any transport here.
 //
 // insert: each client sends payloads on one stream, with up to
 // --max-in-flight-items (128, as the Go writer) unacknowledged; the server
-// acknowledges each message with an 8-byte count. Latency: from the send of
-// a payload to its acknowledgement.
+// acknowledges each message with an 8-byte count of those it has taken (or
+// every --ack-every messages, as a replay server confirms items in
+// batches). Latency: from the send of a payload to its acknowledgement.
 //
 // sample: each client asks for --in-flight (16, as `reverie bench`)
 // payloads at a time, which arrive in one message, and asks again once they
@@ -75,24 +80,31 @@ var serviceDesc = grpc.ServiceDesc{
 	},
 }
 
-// echoServer is the service's state: the rings, if any (ring.go).
+// echoServer is the service's state: the rings, if any (ring.go), and how
+// many payloads an Up stream takes per acknowledgement.
 type echoServer struct {
-	rings rings
+	rings    rings
+	ackEvery uint64
 }
 
-func upHandler(_ any, st grpc.ServerStream) error {
+func upHandler(srv any, st grpc.ServerStream) error {
+	every := srv.(*echoServer).ackEvery
 	var n uint64
 	for {
 		in := new(wrapperspb.BytesValue)
 		if err := st.RecvMsg(in); err != nil {
-			if errors.Is(err, io.EOF) {
+			if errors.Is(err, io.EOF) && n%every != 0 {
+				return st.SendMsg(wrapperspb.UInt64(n)) // the rest
+			} else if errors.Is(err, io.EOF) {
 				return nil
 			}
 			return err
 		}
 		n++
-		if err := st.SendMsg(wrapperspb.UInt64(n)); err != nil {
-			return err
+		if n%every == 0 {
+			if err := st.SendMsg(wrapperspb.UInt64(n)); err != nil {
+				return err
+			}
 		}
 	}
 }
@@ -137,7 +149,17 @@ func serve(args []string) int {
 	ringSpec := fs.String("rings", "", "SIZE:SLOTS,...: hold SLOTS payloads of SIZE bytes, as a full replay table does (ring.go)")
 	keep := fs.Bool("keep", false, "with --rings: keep inserted payloads in the buffers gRPC read them into, instead of copying them")
 	readBuf := fs.Int("read-buffer", 32<<10, "gRPC's read buffer in bytes; 0 reads frames straight from the socket")
+	raw := fs.Bool("raw", false, "serve plain TCP instead of gRPC: the floor of any transport (raw.go)")
+	ackEvery := fs.Uint64("ack-every", 1, "acknowledge inserted payloads in batches of this many (at most the load's --max-in-flight-items)")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *ackEvery < 1 {
+		fmt.Fprintln(os.Stderr, "echo serve: --ack-every: want at least 1")
+		return 2
+	}
+	if *raw && *keep {
+		fmt.Fprintln(os.Stderr, "echo serve: --keep keeps gRPC's buffers; --raw has none")
 		return 2
 	}
 	rs, err := parseRings(*ringSpec, *keep)
@@ -150,6 +172,20 @@ func serve(args []string) int {
 		fmt.Fprintln(os.Stderr, "echo serve:", err)
 		return 1
 	}
+	if *raw {
+		fmt.Printf("port=%d\n", lis.Addr().(*net.TCPAddr).Port)
+		go func() {
+			sig := make(chan os.Signal, 1)
+			signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+			<-sig
+			lis.Close()
+		}()
+		if err := serveRaw(lis, rs, *ackEvery); !errors.Is(err, net.ErrClosed) {
+			fmt.Fprintln(os.Stderr, "echo serve:", err)
+			return 1
+		}
+		return 0
+	}
 	// The transport settings of reverie's server (server/server.go) that
 	// bear on moving bytes, so that the echo stays the ceiling: read
 	// buffers that are not zeroed, and writes gathered in 1 MiB bursts.
@@ -157,7 +193,7 @@ func serve(args []string) int {
 		grpc.ForceServerCodecV2(newBytesCodec(rs)),
 		experimental.BufferPool(&bufpool.Pool{}),
 		grpc.WriteBufferSize(1<<20), grpc.ReadBufferSize(*readBuf))
-	s.RegisterService(&serviceDesc, &echoServer{rings: rs})
+	s.RegisterService(&serviceDesc, &echoServer{rings: rs, ackEvery: *ackEvery})
 	fmt.Printf("port=%d\n", lis.Addr().(*net.TCPAddr).Port)
 	go func() {
 		sig := make(chan os.Signal, 1)
@@ -217,6 +253,7 @@ type loadConfig struct {
 	inFlight    int
 	maxInFlight int
 	json        bool
+	raw         bool
 }
 
 func load(args []string) int {
@@ -230,6 +267,7 @@ func load(args []string) int {
 	fs.IntVar(&c.inFlight, "in-flight", 16, "sample: payloads requested at a time per client (< 65536)")
 	fs.IntVar(&c.maxInFlight, "max-in-flight-items", 128, "insert: unacknowledged payloads per client")
 	fs.BoolVar(&c.json, "json", false, "print the report as JSON")
+	fs.BoolVar(&c.raw, "raw", false, "drive an `echo serve --raw` (plain TCP, raw.go)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -261,6 +299,9 @@ func load(args []string) int {
 func runLoad(c *loadConfig) (*report, error) {
 	conns := make([]*grpc.ClientConn, c.clients)
 	for i := range conns {
+		if c.raw {
+			break // each client dials its own connection (raw.go)
+		}
 		cc, err := grpc.NewClient(c.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32), grpc.MaxCallSendMsgSize(math.MaxInt32),
 				grpc.ForceCodecV2(newBytesCodec(nil))))
@@ -278,9 +319,14 @@ func runLoad(c *loadConfig) (*report, error) {
 	var wg sync.WaitGroup
 	for i := range conns {
 		wg.Go(func() {
-			if c.mode == "insert" {
+			switch {
+			case c.raw && c.mode == "insert":
+				lat[i], errs[i] = rawUpClient(ctx, c, uint64(i)+1)
+			case c.raw:
+				lat[i], errs[i] = rawDownClient(ctx, c)
+			case c.mode == "insert":
 				lat[i], errs[i] = upClient(ctx, conns[i], c, uint64(i)+1)
-			} else {
+			default:
 				lat[i], errs[i] = downClient(ctx, conns[i], c)
 			}
 		})
@@ -346,14 +392,28 @@ func upClient(ctx context.Context, cc *grpc.ClientConn, c *loadConfig, seed uint
 	var lat []time.Duration
 	recvErr := make(chan error, 1)
 	go func() {
-		for t := range sent {
-			if err := st.RecvMsg(new(wrapperspb.UInt64Value)); err != nil {
+		// Each acknowledgement is the count of payloads the server has
+		// taken; the server ends the stream once the client has closed its
+		// side and everything is acknowledged.
+		var acked uint64
+		for {
+			m := new(wrapperspb.UInt64Value)
+			if err := st.RecvMsg(m); err != nil {
+				if errors.Is(err, io.EOF) {
+					err = nil
+				}
 				recvErr <- err
 				return
 			}
-			lat = append(lat, time.Since(t))
+			for n := m.GetValue(); acked < n; acked++ {
+				t, ok := <-sent
+				if !ok {
+					recvErr <- fmt.Errorf("acknowledged %d payloads, sent %d", n, acked)
+					return
+				}
+				lat = append(lat, time.Since(t))
+			}
 		}
-		recvErr <- nil
 	}()
 	var sendErr error
 	for i := 0; ctx.Err() == nil; i++ {
@@ -372,6 +432,9 @@ func upClient(ctx context.Context, cc *grpc.ClientConn, c *loadConfig, seed uint
 	st.CloseSend()
 	if err := <-recvErr; err != nil {
 		return lat, err
+	}
+	if n := len(sent); n > 0 && sendErr == nil {
+		return lat, fmt.Errorf("%d payloads sent were never acknowledged", n)
 	}
 	return lat, sendErr
 }
