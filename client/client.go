@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/experimental"
+	"google.golang.org/grpc/status"
 )
 
 // Client is a connection to one Reverb-compatible server: reverie or
@@ -61,8 +62,12 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 			break
 		}
 		if !conn.WaitForStateChange(ctx, s) {
+			why := ""
+			if s == connectivity.TransientFailure {
+				why = "; " + lastConnError(conn)
+			}
 			conn.Close()
-			return nil, fmt.Errorf("%w: %s: %v (last state %v)", ErrUnavailable, addr, ctx.Err(), s)
+			return nil, fmt.Errorf("%w: %s: %v (last state %v%s)", ErrUnavailable, addr, ctx.Err(), s, why)
 		}
 	}
 	return &Client{addr: addr, conn: conn, rpc: reverbpb.NewReverbServiceClient(conn)}, nil
@@ -228,4 +233,17 @@ func timeoutProto(d time.Duration) *reverbpb.Timeout {
 		return &reverbpb.Timeout{Milliseconds: -1}
 	}
 	return &reverbpb.Timeout{Milliseconds: d.Milliseconds()}
+}
+
+// lastConnError returns why conn, in TRANSIENT_FAILURE, cannot connect (a
+// refused connection, a certificate the client does not trust): gRPC
+// gives it to a call that does not wait for the connection.
+func lastConnError(conn *grpc.ClientConn) string {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, err := reverbpb.NewReverbServiceClient(conn).ServerInfo(ctx, &reverbpb.ServerInfoRequest{}, grpc.WaitForReady(false))
+	if st, ok := status.FromError(err); ok && err != nil {
+		return st.Message()
+	}
+	return "no reason given"
 }

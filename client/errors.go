@@ -26,6 +26,9 @@ var (
 	// ErrUnavailable: the server cannot be reached or is shutting down;
 	// retrying later may succeed.
 	ErrUnavailable = errors.New("client: server unavailable")
+	// ErrUnauthenticated: the server wants a bearer token (WithToken) and
+	// got none, or one it does not accept.
+	ErrUnauthenticated = errors.New("client: unauthenticated")
 	// ErrClosed: the client, writer or sampler was closed.
 	ErrClosed = errors.New("client: closed")
 	// ErrServer: any other failure reported by the server.
@@ -87,6 +90,8 @@ func fromRPC(ctx context.Context, err error) error {
 		}
 	case codes.Unavailable, codes.Canceled:
 		sentinel = ErrUnavailable
+	case codes.Unauthenticated:
+		sentinel = ErrUnauthenticated
 	default:
 		sentinel = ErrServer
 	}

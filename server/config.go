@@ -67,6 +67,12 @@ type Config struct {
 	// Storage says where chunk data lives; the zero value keeps it all in
 	// memory. See storage.go.
 	Storage StorageConfig
+
+	// TLS serves over TLS; the zero value serves plaintext (security.go).
+	TLS TLSConfig
+	// Auth asks every call but health checks for a bearer token; the zero
+	// value asks for none (security.go).
+	Auth AuthConfig
 }
 
 // WALConfig configures the write-ahead log. Durable mode needs
@@ -217,6 +223,12 @@ func (c *Config) Validate() error {
 	}
 	if len(c.Tables) == 0 {
 		return fmt.Errorf("%w: tables: at least one table is required", ErrInvalidConfig)
+	}
+	if err := c.TLS.validate(); err != nil {
+		return err
+	}
+	if err := c.Auth.validate(); err != nil {
+		return err
 	}
 	seen := make(map[string]bool, len(c.Tables))
 	for i := range c.Tables {

@@ -533,9 +533,13 @@ type yamlFile struct {
 
 	// Storage tiers (storage.go).
 	Storage yaml.Node `yaml:"storage"`
+
+	// TLS and bearer tokens (security.go).
+	TLS  yaml.Node `yaml:"tls"`
+	Auth yaml.Node `yaml:"auth"`
 }
 
-const yamlTopKeys = "port, listen, checkpoint_dir, checkpoint_write_rate, tables, wal, remote_snapshots, storage"
+const yamlTopKeys = "port, listen, checkpoint_dir, checkpoint_write_rate, tables, wal, remote_snapshots, storage, tls, auth"
 
 // yamlTable is one entry of tables.
 type yamlTable struct {
@@ -621,6 +625,9 @@ func (p *cfgParser) parseYAML(data []byte, cfg *Config) error {
 			return err
 		}
 		cfg.Storage = sc
+	}
+	if err := p.yamlSecurity(&f.TLS, &f.Auth, cfg); err != nil {
+		return err
 	}
 	// The nodes of the tables, for their lines.
 	var root yaml.Node
@@ -1439,4 +1446,43 @@ func (p *cfgParser) ytensorSpec(n *yaml.Node, path string) (*tensorflowpb.Struct
 		}
 	}
 	return &tensorflowpb.StructuredValue{Kind: &tensorflowpb.StructuredValue_TensorSpecValue{TensorSpecValue: spec}}, nil
+}
+
+// yamlSecurity decodes the tls block (cert_file, key_file,
+// client_ca_file) and the auth block (token_file).
+func (p *cfgParser) yamlSecurity(tlsNode, authNode *yaml.Node, cfg *Config) error {
+	if !yamlAbsent(tlsNode) {
+		m, _, err := p.ymapping(tlsNode, "tls", "cert_file", "key_file", "client_ca_file")
+		if err != nil {
+			return err
+		}
+		fields := []struct {
+			key string
+			dst *string
+		}{{"cert_file", &cfg.TLS.CertFile}, {"key_file", &cfg.TLS.KeyFile}, {"client_ca_file", &cfg.TLS.ClientCAFile}}
+		for _, f := range fields {
+			if v, ok := m[f.key]; ok {
+				if *f.dst, err = p.ystring(v, "tls."+f.key); err != nil {
+					return err
+				}
+			}
+		}
+		if cfg.TLS.CertFile == "" || cfg.TLS.KeyFile == "" {
+			return p.yerrf("tls", tlsNode, "cert_file and key_file are both required")
+		}
+	}
+	if !yamlAbsent(authNode) {
+		m, _, err := p.ymapping(authNode, "auth", "token_file")
+		if err != nil {
+			return err
+		}
+		v, ok := m["token_file"]
+		if !ok {
+			return p.yerrf("auth", authNode, "token_file is required")
+		}
+		if cfg.Auth.TokenFile, err = p.ystring(v, "auth.token_file"); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -119,6 +119,12 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	// Certificates and tokens are read first: a bad file fails New
+	// before anything is opened.
+	secOpts, err := securityOptions(&cfg)
+	if err != nil {
+		return nil, err
+	}
 	s := &Server{
 		log:     cfg.Logger,
 		cfg:     cfg,
@@ -170,7 +176,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
 
-	s.grpc = grpc.NewServer(
+	s.grpc = grpc.NewServer(append(secOpts,
 		// Reverb lifts gRPC's message size limits: an insert request can
 		// carry tens of MiB and a sample response whole chunks of any size.
 		grpc.MaxRecvMsgSize(math.MaxInt32),
@@ -195,7 +201,7 @@ func New(cfg Config) (*Server, error) {
 			MinTime:             5 * time.Second,
 			PermitWithoutStream: true,
 		}),
-	)
+	)...)
 	reverbpb.RegisterReverbServiceServer(s.grpc, s)
 	s.health = health.NewServer()
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
@@ -266,7 +272,8 @@ func newStateID() *reverbpb.Uint128 {
 // Serve accepts connections on l until Shutdown or Close, then returns
 // ErrServerClosed. Any other return is a listener failure.
 func (s *Server) Serve(l net.Listener) error {
-	s.log.Info("reverie serving", "addr", l.Addr().String(), "tables", s.names)
+	s.log.Info("reverie serving", "addr", l.Addr().String(), "tables", s.names,
+		"tls", s.cfg.TLS.Enabled(), "mutual_tls", s.cfg.TLS.ClientCAFile != "", "auth_tokens", s.cfg.Auth.Enabled())
 	s.startSnapshotSchedule()
 	err := s.grpc.Serve(l)
 	if err == nil || errors.Is(err, grpc.ErrServerStopped) {

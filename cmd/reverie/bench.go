@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,6 +32,8 @@ const benchColumn = "payload"
 // benchConfig holds the flags of "reverie bench".
 type benchConfig struct {
 	addr         string
+	conn         connFlags
+	dialOpts     []client.Option // from conn, set by validate
 	table        string
 	mode         string // insert, sample or mixed
 	payload      int    // bytes per item, a multiple of 4
@@ -48,6 +51,7 @@ type benchConfig struct {
 
 func (c *benchConfig) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.addr, "addr", "localhost:8000", "server address: host:port, dns:///name:port or unix:///path")
+	c.conn.add(fs)
 	fs.StringVar(&c.table, "table", "replay", "table to insert into and sample from")
 	fs.StringVar(&c.mode, "mode", "insert", "insert, sample, or mixed (half the clients insert, half sample)")
 	fs.IntVar(&c.payload, "payload", 400, "payload bytes per item: one float32 tensor of payload/4 elements")
@@ -64,6 +68,10 @@ func (c *benchConfig) addFlags(fs *flag.FlagSet) {
 }
 
 func (c *benchConfig) validate() error {
+	var err error
+	if c.dialOpts, err = c.conn.options(); err != nil {
+		return err
+	}
 	switch {
 	case c.mode != "insert" && c.mode != "sample" && c.mode != "mixed":
 		return fmt.Errorf("--mode: want insert, sample or mixed, got %q", c.mode)
@@ -238,7 +246,7 @@ func isTerminal(f *os.File) bool {
 func bench(ctx context.Context, cfg *benchConfig, errOut io.Writer, progress bool) (*benchReport, error) {
 	dctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()
-	ctl, err := client.Dial(dctx, cfg.addr)
+	ctl, err := client.Dial(dctx, cfg.addr, cfg.dialOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("cannot reach %s within %v: %w", cfg.addr, cfg.timeout, err)
 	}
@@ -291,12 +299,13 @@ func bench(ctx context.Context, cfg *benchConfig, errOut io.Writer, progress boo
 	}()
 	for i := range wclients {
 		trackers[i] = newInsertTracker()
-		if wclients[i], err = client.Dial(dctx, cfg.addr, client.WithDialOptions(grpc.WithStreamInterceptor(trackers[i].intercept))); err != nil {
+		opts := append(slices.Clip(cfg.dialOpts), client.WithDialOptions(grpc.WithStreamInterceptor(trackers[i].intercept)))
+		if wclients[i], err = client.Dial(dctx, cfg.addr, opts...); err != nil {
 			return nil, fmt.Errorf("connecting writer %d: %w", i, err)
 		}
 	}
 	for i := range sclients {
-		if sclients[i], err = client.Dial(dctx, cfg.addr); err != nil {
+		if sclients[i], err = client.Dial(dctx, cfg.addr, cfg.dialOpts...); err != nil {
 			return nil, fmt.Errorf("connecting sampler %d: %w", i, err)
 		}
 	}

@@ -22,7 +22,14 @@ func runInfo(args []string) int {
 	fs := flag.NewFlagSet("reverie info", flag.ContinueOnError)
 	addr := fs.String("addr", "localhost:8000", "server address: host:port, dns:///name:port or unix:///path")
 	timeout := fs.Duration("timeout", 5*time.Second, "how long to wait for the server")
+	var conn connFlags
+	conn.add(fs)
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	opts, err := conn.options()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "reverie info: %v\n", err)
 		return 2
 	}
 	if fs.NArg() > 0 {
@@ -35,7 +42,7 @@ func runInfo(args []string) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	c, err := client.Dial(ctx, *addr)
+	c, err := client.Dial(ctx, *addr, opts...)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "reverie info: cannot reach %s within %v: %v\n", *addr, *timeout, err)
 		return 1

@@ -38,6 +38,11 @@ func runServe(args []string) int {
 	storageMode := fs.String("storage-mode", "", "where chunk data lives: memory (default), hybrid (memory up to --memory-limit-bytes, then disk) or disk")
 	memoryLimit := fs.Int64("memory-limit-bytes", -1, "chunk data held in memory in hybrid and disk modes (disk mode default: 64 MiB)")
 	storageDir := fs.String("storage-dir", "", "spill directory of hybrid and disk modes, wiped at start (default: spill/ under the checkpoint dir, else a temporary directory)")
+	// TLS and bearer tokens (docs/config.md, tls and auth).
+	tlsCert := fs.String("tls-cert", "", "serve TLS with this PEM certificate chain (with --tls-key; overrides the config's tls.cert_file)")
+	tlsKey := fs.String("tls-key", "", "the PEM private key of --tls-cert (overrides the config's tls.key_file)")
+	tlsClientCA := fs.String("tls-client-ca", "", "mutual TLS: require client certificates signed by these PEM CA certificates (overrides the config's tls.client_ca_file)")
+	tokenFile := fs.String("auth-token-file", "", "require the metadata \"authorization: Bearer TOKEN\" on every call but health checks, with a token from this file (one per line; overrides the config's auth.token_file)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -98,6 +103,21 @@ func runServe(args []string) int {
 	}
 	if *storageDir != "" {
 		cfg.Storage.Dir = *storageDir
+	}
+	if *tlsCert != "" {
+		cfg.TLS.CertFile = *tlsCert
+	}
+	if *tlsKey != "" {
+		cfg.TLS.KeyFile = *tlsKey
+	}
+	if *tlsClientCA != "" {
+		cfg.TLS.ClientCAFile = *tlsClientCA
+	}
+	if *tokenFile != "" {
+		cfg.Auth.TokenFile = *tokenFile
+	}
+	if cfg.Auth.Enabled() && !cfg.TLS.Enabled() && !strings.HasPrefix(cfg.ListenAddr(), "unix://") {
+		log.Warn("bearer tokens without TLS cross the network in the clear; pass --tls-cert and --tls-key")
 	}
 	if cfg.Validate() == nil {
 		if server.GoMemoryLimit(cfg) > 0 {

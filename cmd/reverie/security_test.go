@@ -1,0 +1,52 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestServeTLSAndTokens: the binary serves TLS and asks for tokens from
+// its flags; `reverie info` and `reverie bench` connect with theirs.
+func TestServeTLSAndTokens(t *testing.T) {
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens")
+	mine := filepath.Join(dir, "mine")
+	wrong := filepath.Join(dir, "wrong")
+	for f, data := range map[string]string{tokens: "# actors\nalpha\nbeta\n", mine: "beta\n", wrong: "gamma\n"} {
+		if err := os.WriteFile(f, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const certs = "../../testdata/tls/"
+	p := serve(t, "--tls-cert", certs+"server.pem", "--tls-key", certs+"server.key", "--auth-token-file", tokens)
+	if line := logLine(p, "reverie serving"); !strings.Contains(line, "tls=true") || !strings.Contains(line, "auth_tokens=true") {
+		t.Errorf("serving log line: %s", line)
+	}
+	info := func(args ...string) (string, error) {
+		out, err := exec.Command(binary, append([]string{"info", "--addr", p.addr, "--timeout", "5s"}, args...)...).CombinedOutput()
+		return string(out), err
+	}
+	if out, err := info("--tls-ca", certs+"ca.pem", "--token-file", mine); err != nil || !strings.Contains(out, "replay") {
+		t.Fatalf("info with the CA and a token: %v\n%s", err, out)
+	}
+	for name, tc := range map[string]struct {
+		args []string
+		want string
+	}{
+		"no token":         {[]string{"--tls-ca", certs + "ca.pem"}, "authorization: missing"},
+		"wrong token":      {[]string{"--tls-ca", certs + "ca.pem", "--token-file", wrong}, "not one this server accepts"},
+		"untrusted server": {[]string{"--tls", "--token-file", mine}, "certificate"},
+		"token, no TLS":    {[]string{"--token-file", mine}, "--token-file needs TLS"},
+	} {
+		if out, err := info(tc.args...); err == nil || !strings.Contains(out, tc.want) {
+			t.Errorf("%s: %v, want a failure mentioning %q:\n%s", name, err, tc.want, out)
+		}
+	}
+	ins, _ := runBenchJSON(t, p, "--addr", p.addr, "--mode", "insert", "--items", "200", "--tls-ca", certs+"ca.pem", "--token-file", mine)
+	if ins.Items != 200 || ins.Errors != 0 {
+		t.Fatalf("bench over TLS with a token: %s", ins)
+	}
+}

@@ -1,0 +1,206 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"os"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// TLSConfig makes the server speak TLS. The zero value serves plaintext,
+// as Reverb does (and as dm-reverb's client expects). See docs/config.md.
+type TLSConfig struct {
+	// CertFile and KeyFile are the server's PEM certificate chain and
+	// private key; both or neither.
+	CertFile string
+	KeyFile  string
+	// ClientCAFile, if set, asks every client for a certificate signed by
+	// one of these PEM CA certificates (mutual TLS) and refuses
+	// connections without one. Needs CertFile.
+	ClientCAFile string
+}
+
+// Enabled reports whether any TLS field is set.
+func (t TLSConfig) Enabled() bool { return t.CertFile != "" || t.KeyFile != "" || t.ClientCAFile != "" }
+
+func (t TLSConfig) validate() error {
+	if !t.Enabled() {
+		return nil
+	}
+	if t.CertFile == "" || t.KeyFile == "" {
+		return fmt.Errorf("%w: tls: cert_file and key_file go together (got cert_file %q, key_file %q)", ErrInvalidConfig, t.CertFile, t.KeyFile)
+	}
+	return nil
+}
+
+// credentials loads the certificate files.
+func (t TLSConfig) credentials() (credentials.TransportCredentials, error) {
+	cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("%w: tls.cert_file, tls.key_file: %v", ErrInvalidConfig, err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if t.ClientCAFile != "" {
+		pem, err := os.ReadFile(t.ClientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: tls.client_ca_file: %v", ErrInvalidConfig, err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%w: tls.client_ca_file: %s holds no PEM certificate", ErrInvalidConfig, t.ClientCAFile)
+		}
+		cfg.ClientCAs = pool
+		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return credentials.NewTLS(cfg), nil
+}
+
+// AuthConfig makes the server ask every call for a bearer token: the
+// metadata "authorization: Bearer TOKEN". The zero value asks for none.
+// The health service answers without a token, for load balancers and
+// orchestrators. See docs/config.md.
+type AuthConfig struct {
+	// Tokens accepted.
+	Tokens []string
+	// TokenFile holds more tokens, one per line; blank lines and lines
+	// starting with # are skipped. It is read when the server starts.
+	TokenFile string
+}
+
+// Enabled reports whether tokens are asked for.
+func (a AuthConfig) Enabled() bool { return len(a.Tokens) > 0 || a.TokenFile != "" }
+
+func (a AuthConfig) validate() error {
+	for i, tok := range a.Tokens {
+		if err := checkToken(tok); err != nil {
+			return fmt.Errorf("%w: auth.tokens[%d]: %v", ErrInvalidConfig, i, err)
+		}
+	}
+	return nil
+}
+
+func checkToken(tok string) error {
+	if tok == "" {
+		return fmt.Errorf("empty token")
+	}
+	if strings.ContainsFunc(tok, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		return fmt.Errorf("a token must not hold spaces or control characters")
+	}
+	return nil
+}
+
+// tokenDigests returns the SHA-256 of every token of a, reading TokenFile.
+func (a AuthConfig) tokenDigests() ([][sha256.Size]byte, error) {
+	toks := append([]string(nil), a.Tokens...)
+	if a.TokenFile != "" {
+		data, err := os.ReadFile(a.TokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: auth.token_file: %v", ErrInvalidConfig, err)
+		}
+		sc := bufio.NewScanner(bytes.NewReader(data))
+		for line := 1; sc.Scan(); line++ {
+			tok := strings.TrimSpace(sc.Text())
+			if tok == "" || strings.HasPrefix(tok, "#") {
+				continue
+			}
+			if err := checkToken(tok); err != nil {
+				return nil, fmt.Errorf("%w: auth.token_file: %s:%d: %v", ErrInvalidConfig, a.TokenFile, line, err)
+			}
+			toks = append(toks, tok)
+		}
+		if err := sc.Err(); err != nil {
+			return nil, fmt.Errorf("%w: auth.token_file: %v", ErrInvalidConfig, err)
+		}
+		if len(toks) == len(a.Tokens) {
+			return nil, fmt.Errorf("%w: auth.token_file: %s holds no token", ErrInvalidConfig, a.TokenFile)
+		}
+	}
+	out := make([][sha256.Size]byte, len(toks))
+	for i, tok := range toks {
+		out[i] = sha256.Sum256([]byte(tok))
+	}
+	return out, nil
+}
+
+// authenticator checks the bearer token of each call against digests.
+type authenticator struct {
+	digests [][sha256.Size]byte
+}
+
+const healthPrefix = "/grpc.health.v1.Health/"
+
+func (a *authenticator) check(ctx context.Context, method string) error {
+	if strings.HasPrefix(method, healthPrefix) {
+		return nil
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	vals := md.Get("authorization")
+	if len(vals) == 0 {
+		return status.Errorf(codes.Unauthenticated, "authorization: missing; this server wants the metadata \"authorization: Bearer TOKEN\"")
+	}
+	for _, v := range vals {
+		scheme, tok, ok := strings.Cut(v, " ")
+		if !ok || !strings.EqualFold(scheme, "bearer") {
+			continue
+		}
+		// Digests of equal length, compared in constant time: a token's
+		// length and prefix leak nothing.
+		d := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+		match := 0
+		for i := range a.digests {
+			match |= subtle.ConstantTimeCompare(d[:], a.digests[i][:])
+		}
+		if match == 1 {
+			return nil
+		}
+		return status.Errorf(codes.Unauthenticated, "authorization: the bearer token is not one this server accepts")
+	}
+	return status.Errorf(codes.Unauthenticated, "authorization: want \"Bearer TOKEN\"")
+}
+
+func (a *authenticator) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if err := a.check(ctx, info.FullMethod); err != nil {
+		return nil, err
+	}
+	return handler(ctx, req)
+}
+
+func (a *authenticator) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if err := a.check(ss.Context(), info.FullMethod); err != nil {
+		return err
+	}
+	return handler(srv, ss)
+}
+
+// securityOptions returns the gRPC server options of cfg's TLS and auth.
+func securityOptions(cfg *Config) ([]grpc.ServerOption, error) {
+	var opts []grpc.ServerOption
+	if cfg.TLS.Enabled() {
+		creds, err := cfg.TLS.credentials()
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, grpc.Creds(creds))
+	}
+	if cfg.Auth.Enabled() {
+		digests, err := cfg.Auth.tokenDigests()
+		if err != nil {
+			return nil, err
+		}
+		a := &authenticator{digests: digests}
+		opts = append(opts, grpc.ChainUnaryInterceptor(a.unary), grpc.ChainStreamInterceptor(a.stream))
+	}
+	return opts, nil
+}
