@@ -86,12 +86,13 @@ def free_port():
 
 
 def start_reverie(config_path, log_path, listen='127.0.0.1:0',
-                  checkpoint_dir=None):
+                  checkpoint_dir=None, extra_args=()):
   """`reverie serve`; its address from its log."""
   args = [reverie_binary(), 'serve', '--config', config_path, '--listen',
           listen]
   if checkpoint_dir:
     args += ['--checkpoint-dir', checkpoint_dir]
+  args += list(extra_args)
   log = open(log_path, 'w')
   proc = popen(args, stdin=subprocess.DEVNULL, stdout=log,
                           stderr=log)
@@ -210,14 +211,15 @@ def reset(client):
 
 @pytest.fixture
 def own_reverie(log_dir):
-  """Starts servers of the test's own: own_reverie(listen=...) -> server."""
+  """Starts servers of the test's own: own_reverie(listen=..., args=...)
+  -> server; args are more flags of `reverie serve`."""
   started = []
 
-  def start(listen='127.0.0.1:0', config=CONFIG):
+  def start(listen='127.0.0.1:0', config=CONFIG, args=()):
     n = len(started)
     srv = start_reverie(config, os.path.join(log_dir, f'own-{os.getpid()}-'
                                              f'{time.monotonic_ns()}-{n}.log'),
-                        listen=listen)
+                        listen=listen, extra_args=args)
     started.append(srv)
     return srv
 

@@ -36,6 +36,7 @@ from reverie.errors import ReverieError
 from reverie.errors import ServerError
 from reverie.errors import ServerUnavailableError
 from reverie.errors import TableNotFoundError
+from reverie.errors import UnauthenticatedError
 from reverie.sampler import ReplaySample
 from reverie.sampler import SampleInfo
 from reverie.sampler import Sampler
@@ -53,7 +54,8 @@ __all__ = [
     'InvalidArgumentError', 'MalformedSampleError', 'RateLimiterTimeoutError',
     'ReplaySample', 'ReverbError', 'ReverieError', 'SampleInfo', 'Sampler',
     'ServerError', 'ServerUnavailableError', 'TableInfo', 'TableNotFoundError',
-    'TensorSpec', 'TrajectoryColumn', 'TrajectoryWriter', 'adders',
+    'TensorSpec', 'TrajectoryColumn', 'TrajectoryWriter',
+    'UnauthenticatedError', 'adders',
     'frameworks',
 ]
 

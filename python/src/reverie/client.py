@@ -1,6 +1,7 @@
 """reverie.Client: the connection to a Reverb-compatible server."""
 
 import dataclasses
+import functools
 import threading
 from typing import Any, Dict, Iterable, Mapping, Optional
 
@@ -73,6 +74,34 @@ class TableInfo:
 new_key = _keys.new_key
 
 
+def _make_channel(address, options, tls, tls_client_cert, token):
+  """A plaintext channel, or a TLS one with the token's call credentials."""
+  if not tls:
+    if tls_client_cert is not None:
+      raise ValueError('tls_client_cert needs tls')
+    if token is not None:
+      raise ValueError('token needs tls: a bearer token is never sent in '
+                       'plaintext')
+    return grpc.insecure_channel(address, options=options)
+  if tls is True:
+    roots = None
+  elif isinstance(tls, (bytes, bytearray)):
+    roots = bytes(tls)
+  else:
+    raise TypeError(f'tls: want a bool or PEM bytes, got {type(tls).__name__}')
+  key = chain = None
+  if tls_client_cert is not None:
+    chain, key = tls_client_cert
+  creds = grpc.ssl_channel_credentials(
+      root_certificates=roots, private_key=key, certificate_chain=chain)
+  if token is not None:
+    if not token or any(c.isspace() for c in token):
+      raise ValueError('token: want a non-empty token without spaces')
+    creds = grpc.composite_channel_credentials(
+        creds, grpc.access_token_call_credentials(token))
+  return grpc.secure_channel(address, creds, options=options)
+
+
 class Client:
   """A connection to a reverie or Reverb server, as ``reverb.Client``.
 
@@ -88,19 +117,32 @@ class Client:
   Args:
     server_address: "host:port" (or any gRPC target, e.g. "unix:///path").
     channel_options: extra gRPC channel arguments, appended to reverie's.
+    tls: connect with TLS: True trusts the system's root CAs; bytes are
+      the PEM CA certificates to trust instead. False (the default) is
+      plaintext, as Reverb serves.
+    tls_client_cert: for mutual TLS, a (certificate chain PEM, private key
+      PEM) pair of bytes. Needs ``tls``.
+    token: a bearer token sent with every call ("authorization: Bearer
+      TOKEN"), for a server started with ``--auth-token-file``. Needs
+      ``tls``: a token is never sent in plaintext.
   """
 
-  def __init__(self, server_address: str, *, channel_options=()):
+  def __init__(self, server_address: str, *, channel_options=(), tls=False,
+               tls_client_cert=None, token=None):
     self._server_address = server_address
-    self._channel = grpc.insecure_channel(
-        server_address, options=list(_CHANNEL_OPTIONS) + list(channel_options))
+    self._security = dict(tls=tls, tls_client_cert=tls_client_cert,
+                          token=token)
+    options = list(_CHANNEL_OPTIONS) + list(channel_options)
+    self._channel = _make_channel(server_address, options, tls,
+                                  tls_client_cert, token)
     self._stub = reverb_service_pb2_grpc.ReverbServiceStub(self._channel)
     self._lock = threading.Lock()
     self._closed = False
     self._signature_cache = {}
 
   def __reduce__(self):
-    return self.__class__, (self._server_address,)
+    return functools.partial(self.__class__, **self._security), (
+        self._server_address,)
 
   def __repr__(self):
     return f'reverie.Client(server_address={self._server_address!r})'

@@ -83,6 +83,11 @@ class FailedPreconditionError(ReverieError):
   """The request needs state the server lacks (e.g. no checkpointer)."""
 
 
+class UnauthenticatedError(ReverieError, PermissionError):
+  """The server wants a bearer token (``Client(token=...)``) and got none,
+  or one it does not accept."""
+
+
 class ClosedError(ReverieError):
   """The client, writer, sampler or dataset iterator was closed."""
 
@@ -121,6 +126,8 @@ def from_status(code, details, what=''):
       cls = DeadlineExceededError
   elif code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
     cls = ServerUnavailableError
+  elif code == grpc.StatusCode.UNAUTHENTICATED:
+    cls = UnauthenticatedError
   else:
     cls = ServerError
   return cls(message, code=code, details=details)
