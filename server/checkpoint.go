@@ -73,12 +73,16 @@ func (s *Server) joinCheckpoint() (*checkpointRun, error) {
 func (s *Server) checkpointLoop(r *checkpointRun) {
 	defer s.bg.Done()
 	for r != nil {
+		start := time.Now()
 		r.dir, r.err = s.writeCheckpoint(s.bgCtx)
 		if r.err == nil && s.remote != nil {
 			r.err = s.uploadSnapshot(s.bgCtx, r.dir)
 		}
 		if r.err != nil && !errors.Is(r.err, errShuttingDown) {
 			s.log.Error("checkpoint failed", "dir", s.ckptRoot, "err", r.err)
+		}
+		if !errors.Is(r.err, errShuttingDown) {
+			s.metrics.checkpointDone(start, r.err)
 		}
 		close(r.done)
 		s.ckpt.mu.Lock()

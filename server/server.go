@@ -59,6 +59,8 @@ type Server struct {
 	closing   chan struct{} // closed when draining starts
 	closeOnce sync.Once
 
+	metrics serverMetrics // counters for Collector (metrics.go)
+
 	ckptRoot string   // CheckpointDir made absolute, or ""
 	wal      *wal.Log // the write-ahead log in durable mode, or nil
 	ckpt     checkpointer
@@ -176,6 +178,12 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
 
+	// Calls are counted first, so that those refused for want of a token
+	// are counted too.
+	secOpts = append([]grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(s.metrics.unary),
+		grpc.ChainStreamInterceptor(s.metrics.stream),
+	}, secOpts...)
 	s.grpc = grpc.NewServer(append(secOpts,
 		// Reverb lifts gRPC's message size limits: an insert request can
 		// carry tens of MiB and a sample response whole chunks of any size.

@@ -28,6 +28,7 @@ func runServe(args []string) int {
 	walFsync := fs.String("wal-fsync", "", "durable mode: log every change to a write-ahead log with this fsync policy: always, interval or never (overrides the config's wal.fsync; needs a checkpoint directory)")
 	walInterval := fs.Duration("wal-interval", 0, "fsync interval under --wal-fsync interval (default 100ms)")
 	walDir := fs.String("wal-dir", "", "write-ahead log directory (default: the checkpoint directory's wal/)")
+	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics on this host:port at /metrics (e.g. :9090); off by default")
 	pprofAddr := fs.String("pprof", "", "serve Go's net/http/pprof profiles on this host:port (e.g. localhost:6060); off by default. Bind it to loopback: profiles expose internals")
 	drain := fs.Duration("shutdown-timeout", 10*time.Second, "how long a signal lets open streams drain before the server stops hard")
 	// Remote snapshots (docs/config.md, remote_snapshots).
@@ -146,6 +147,14 @@ func runServe(args []string) int {
 		return 1
 	}
 
+	if *metricsAddr != "" {
+		stop, err := serveMetrics(*metricsAddr, srv, log)
+		if err != nil {
+			log.Error("cannot serve metrics", "addr", *metricsAddr, "err", err)
+			return 1
+		}
+		defer stop()
+	}
 	if *pprofAddr != "" {
 		stop, err := servePprof(*pprofAddr, log)
 		if err != nil {
