@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -45,8 +46,8 @@ func (t TLSConfig) validate() error {
 	return nil
 }
 
-// credentials loads the certificate files.
-func (t TLSConfig) credentials() (credentials.TransportCredentials, error) {
+// load reads the certificate files into a server TLS config.
+func (t TLSConfig) load() (*tls.Config, error) {
 	cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
 	if err != nil {
 		return nil, fmt.Errorf("%w: tls.cert_file, tls.key_file: %v", ErrInvalidConfig, err)
@@ -64,7 +65,7 @@ func (t TLSConfig) credentials() (credentials.TransportCredentials, error) {
 		cfg.ClientCAs = pool
 		cfg.ClientAuth = tls.RequireAndVerifyClientCert
 	}
-	return credentials.NewTLS(cfg), nil
+	return cfg, nil
 }
 
 // AuthConfig makes the server ask every call for a bearer token: the
@@ -134,9 +135,10 @@ func (a AuthConfig) tokenDigests() ([][sha256.Size]byte, error) {
 	return out, nil
 }
 
-// authenticator checks the bearer token of each call against digests.
+// authenticator checks the bearer token of each call against the
+// digests of the tokens accepted, which Reload may replace.
 type authenticator struct {
-	digests [][sha256.Size]byte
+	digests atomic.Pointer[[][sha256.Size]byte]
 }
 
 const healthPrefix = "/grpc.health.v1.Health/"
@@ -159,8 +161,8 @@ func (a *authenticator) check(ctx context.Context, method string) error {
 		// length and prefix leak nothing.
 		d := sha256.Sum256([]byte(strings.TrimSpace(tok)))
 		match := 0
-		for i := range a.digests {
-			match |= subtle.ConstantTimeCompare(d[:], a.digests[i][:])
+		for _, want := range *a.digests.Load() {
+			match |= subtle.ConstantTimeCompare(d[:], want[:])
 		}
 		if match == 1 {
 			return nil
@@ -184,23 +186,75 @@ func (a *authenticator) stream(srv any, ss grpc.ServerStream, info *grpc.StreamS
 	return handler(srv, ss)
 }
 
-// securityOptions returns the gRPC server options of cfg's TLS and auth.
-func securityOptions(cfg *Config) ([]grpc.ServerOption, error) {
+// security is the server's TLS and token state, which ReloadSecurity
+// replaces.
+type security struct {
+	tls  atomic.Pointer[tls.Config] // nil without TLS
+	auth *authenticator             // nil without tokens
+}
+
+// newSecurity reads cfg's certificates and tokens and returns the state
+// and the gRPC server options that use it.
+func newSecurity(cfg *Config) (*security, []grpc.ServerOption, error) {
+	sec := &security{}
 	var opts []grpc.ServerOption
 	if cfg.TLS.Enabled() {
-		creds, err := cfg.TLS.credentials()
+		tc, err := cfg.TLS.load()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		opts = append(opts, grpc.Creds(creds))
+		sec.tls.Store(tc)
+		// Each handshake takes the config current at the time, so that a
+		// reload reaches new connections; open ones keep theirs.
+		base := &tls.Config{
+			Certificates: tc.Certificates,
+			MinVersion:   tls.VersionTLS12,
+			GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+				return sec.tls.Load(), nil
+			},
+		}
+		opts = append(opts, grpc.Creds(credentials.NewTLS(base)))
 	}
 	if cfg.Auth.Enabled() {
 		digests, err := cfg.Auth.tokenDigests()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		a := &authenticator{digests: digests}
-		opts = append(opts, grpc.ChainUnaryInterceptor(a.unary), grpc.ChainStreamInterceptor(a.stream))
+		sec.auth = &authenticator{}
+		sec.auth.digests.Store(&digests)
+		opts = append(opts, grpc.ChainUnaryInterceptor(sec.auth.unary), grpc.ChainStreamInterceptor(sec.auth.stream))
 	}
-	return opts, nil
+	return sec, opts, nil
+}
+
+// ReloadSecurity reads the certificate, key, client CA and token files
+// again, for calls and connections from now on: rotated certificates and
+// tokens take effect without a restart, which would lose what the tables
+// hold in memory. Open connections keep the certificate they were made
+// with; a call checks its token when it starts. If any file fails to
+// load, nothing changes and the error names the field. TLS and tokens
+// cannot be turned on or off by a reload. `reverie serve` reloads on
+// SIGHUP.
+func (s *Server) ReloadSecurity() error {
+	var tc *tls.Config
+	var digests [][sha256.Size]byte
+	var err error
+	if s.sec.tls.Load() != nil {
+		if tc, err = s.cfg.TLS.load(); err != nil {
+			return err
+		}
+	}
+	if s.sec.auth != nil {
+		if digests, err = s.cfg.Auth.tokenDigests(); err != nil {
+			return err
+		}
+	}
+	if tc != nil {
+		s.sec.tls.Store(tc)
+	}
+	if s.sec.auth != nil {
+		s.sec.auth.digests.Store(&digests)
+	}
+	s.log.Info("security reloaded", "tls", tc != nil, "tokens", len(digests))
+	return nil
 }

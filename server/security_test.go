@@ -2,12 +2,20 @@ package server_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
+	"math/big"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/reverie-rl/reverie/api/reverbpb"
 	"github.com/reverie-rl/reverie/server"
@@ -169,5 +177,120 @@ func TestSecurityConfigErrors(t *testing.T) {
 		if !errors.Is(err, server.ErrInvalidConfig) || !contains(err.Error(), tc.want) {
 			t.Errorf("%s: got %v, want ErrInvalidConfig mentioning %q", name, err, tc.want)
 		}
+	}
+}
+
+// selfSigned writes a new self-signed certificate for 127.0.0.1 and its
+// key to certFile and keyFile, and returns a client config trusting it.
+func selfSigned(t *testing.T, certFile, keyFile string) *tls.Config {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: "rotated"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IsCA:         true, BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(cert)
+	return &tls.Config{RootCAs: roots}
+}
+
+// ReloadSecurity takes rotated tokens and certificates without a restart,
+// and changes nothing when a file is bad.
+func TestReloadSecurity(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile, tokens := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem"), filepath.Join(dir, "tokens")
+	for src, dst := range map[string]string{"server.pem": certFile, "server.key": keyFile} {
+		data, err := os.ReadFile(tlsFile(src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dst, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write := func(name, data string) {
+		if err := os.WriteFile(name, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(tokens, "alpha\n")
+	cfg := testConfig(uniformTable("t", 100, server.MinSize(1)))
+	cfg.TLS = server.TLSConfig{CertFile: certFile, KeyFile: keyFile}
+	cfg.Auth = server.AuthConfig{TokenFile: tokens}
+	s := servertest.Start(t, cfg)
+	ctx := ctxT(t)
+	old := dialWith(t, s.Addr, credentials.NewTLS(clientTLS(t, false)))
+	call := func(c reverbpb.ReverbServiceClient, tok string) error {
+		_, err := c.ServerInfo(withToken(ctx, tok), &reverbpb.ServerInfoRequest{})
+		return err
+	}
+	if err := call(old, "alpha"); err != nil {
+		t.Fatal(err)
+	}
+
+	write(tokens, "gamma\n")
+	if err := s.ReloadSecurity(); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, call(old, "alpha"), codes.Unauthenticated)
+	if err := call(old, "gamma"); err != nil {
+		t.Fatalf("the new token on an open connection: %v", err)
+	}
+
+	// A bad file changes nothing.
+	write(tokens, "# none\n")
+	if err := s.ReloadSecurity(); !errors.Is(err, server.ErrInvalidConfig) || !contains(err.Error(), "auth.token_file") {
+		t.Fatalf("reload of an empty token file: %v", err)
+	}
+	if err := call(old, "gamma"); err != nil {
+		t.Fatalf("after a failed reload: %v", err)
+	}
+	write(tokens, "gamma\n")
+
+	// A rotated certificate serves new connections; open ones keep theirs.
+	rotated := selfSigned(t, certFile, keyFile)
+	if err := s.ReloadSecurity(); err != nil {
+		t.Fatal(err)
+	}
+	if err := call(dialWith(t, s.Addr, credentials.NewTLS(rotated)), "gamma"); err != nil {
+		t.Fatalf("a new connection trusting the rotated certificate: %v", err)
+	}
+	wantCode(t, call(dialWith(t, s.Addr, credentials.NewTLS(clientTLS(t, false))), "gamma"), codes.Unavailable)
+	if err := call(old, "gamma"); err != nil {
+		t.Fatalf("the connection made before the rotation: %v", err)
+	}
+	write(keyFile, "not a key")
+	if err := s.ReloadSecurity(); !errors.Is(err, server.ErrInvalidConfig) || !contains(err.Error(), "tls.cert_file, tls.key_file") {
+		t.Fatalf("reload of a bad key: %v", err)
+	}
+	if err := call(dialWith(t, s.Addr, credentials.NewTLS(rotated)), "gamma"); err != nil {
+		t.Fatalf("after a failed reload: %v", err)
 	}
 }

@@ -60,6 +60,7 @@ type Server struct {
 	closeOnce sync.Once
 
 	metrics serverMetrics // counters for Collector (metrics.go)
+	sec     *security     // TLS and tokens (security.go)
 
 	ckptRoot string   // CheckpointDir made absolute, or ""
 	wal      *wal.Log // the write-ahead log in durable mode, or nil
@@ -123,11 +124,12 @@ func New(cfg Config) (*Server, error) {
 	}
 	// Certificates and tokens are read first: a bad file fails New
 	// before anything is opened.
-	secOpts, err := securityOptions(&cfg)
+	sec, secOpts, err := newSecurity(&cfg)
 	if err != nil {
 		return nil, err
 	}
 	s := &Server{
+		sec:     sec,
 		log:     cfg.Logger,
 		cfg:     cfg,
 		tables:  make(map[string]*serverTable, len(cfg.Tables)),

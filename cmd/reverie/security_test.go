@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -49,4 +50,22 @@ func TestServeTLSAndTokens(t *testing.T) {
 	if ins.Items != 200 || ins.Errors != 0 {
 		t.Fatalf("bench over TLS with a token: %s", ins)
 	}
+
+	// SIGHUP reloads the tokens: beta goes, gamma comes.
+	if err := os.WriteFile(tokens, []byte("gamma\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	if logs, ok := logsContain(p, "security reloaded"); !ok {
+		t.Fatalf("no reload logged after SIGHUP:\n%s", logs)
+	}
+	if out, err := info("--tls-ca", certs+"ca.pem", "--token-file", wrong); err != nil {
+		t.Fatalf("info with the new token: %v\n%s", err, out)
+	}
+	if out, err := info("--tls-ca", certs+"ca.pem", "--token-file", mine); err == nil || !strings.Contains(out, "not one this server accepts") {
+		t.Fatalf("info with the dropped token: %v\n%s", err, out)
+	}
+	p.stop(t, syscall.SIGTERM)
 }

@@ -167,6 +167,23 @@ func runServe(args []string) int {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
 
+	// SIGHUP reloads certificates and tokens (docs/config.md).
+	hup, done := make(chan os.Signal, 1), make(chan struct{})
+	signal.Notify(hup, syscall.SIGHUP)
+	defer func() { signal.Stop(hup); close(done) }()
+	go func() {
+		for {
+			select {
+			case <-hup:
+				if err := srv.ReloadSecurity(); err != nil {
+					log.Error("reload failed; keeping the certificates and tokens in use", "err", err)
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
