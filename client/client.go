@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/reverie-rl/reverie/api/reverbpb"
@@ -26,6 +27,7 @@ type Client struct {
 
 type options struct {
 	dialOpts []grpc.DialOption
+	tls      bool // WithTLS was given
 }
 
 // Option configures Dial.
@@ -65,6 +67,9 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 			why := ""
 			if s == connectivity.TransientFailure {
 				why = "; " + lastConnError(conn)
+				if !o.tls && strings.Contains(why, "server preface") {
+					why += "; a server that serves TLS ends plaintext connections like this: it may want TLS"
+				}
 			}
 			conn.Close()
 			return nil, fmt.Errorf("%w: %s: %v (last state %v%s)", ErrUnavailable, addr, ctx.Err(), s, why)

@@ -16,7 +16,11 @@ func WithTLS(cfg *tls.Config) Option {
 	if cfg == nil {
 		cfg = &tls.Config{}
 	}
-	return WithDialOptions(grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+	creds := grpc.WithTransportCredentials(credentials.NewTLS(cfg))
+	return func(o *options) {
+		o.tls = true
+		o.dialOpts = append(o.dialOpts, creds)
+	}
 }
 
 // WithToken sends "authorization: Bearer token" with every call, as a

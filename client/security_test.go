@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -63,5 +64,18 @@ func TestTLSAndToken(t *testing.T) {
 	// A token over plaintext is refused before anything is sent.
 	if _, err := client.Dial(ctx, s.Addr, client.WithToken("s3cret")); !errors.Is(err, client.ErrInvalidArgument) {
 		t.Fatalf("Dial with a token and no TLS: %v, want ErrInvalidArgument", err)
+	}
+}
+
+// Dialling a TLS server in plaintext fails with a hint at TLS.
+func TestDialPlaintextToTLS(t *testing.T) {
+	cfg := server.Config{Tables: []server.TableConfig{uniformTable("t")}}
+	cfg.TLS = server.TLSConfig{CertFile: "../testdata/tls/server.pem", KeyFile: "../testdata/tls/server.key"}
+	s := servertest.Start(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	_, err := client.Dial(ctx, s.Addr)
+	if !errors.Is(err, client.ErrUnavailable) || !strings.Contains(err.Error(), "it may want TLS") {
+		t.Fatalf("Dial in plaintext: %v", err)
 	}
 }
