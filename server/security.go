@@ -76,7 +76,8 @@ type AuthConfig struct {
 	// Tokens accepted.
 	Tokens []string
 	// TokenFile holds more tokens, one per line; blank lines and lines
-	// starting with # are skipped. It is read when the server starts.
+	// starting with # are skipped. It is read when the server starts and
+	// by ReloadSecurity.
 	TokenFile string
 }
 
@@ -136,7 +137,7 @@ func (a AuthConfig) tokenDigests() ([][sha256.Size]byte, error) {
 }
 
 // authenticator checks the bearer token of each call against the
-// digests of the tokens accepted, which Reload may replace.
+// digests of the tokens accepted, which ReloadSecurity may replace.
 type authenticator struct {
 	digests atomic.Pointer[[][sha256.Size]byte]
 }
