@@ -1,8 +1,11 @@
 package main
 
 import (
+	"errors"
 	"io"
+	"net"
 	"net/http"
+	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -39,4 +42,19 @@ func TestServeMetrics(t *testing.T) {
 		t.Logf("%s\n%s", resp.Status, body)
 	}
 	p.stop(t, syscall.SIGTERM)
+}
+
+// A --metrics address that cannot be bound stops the server at start.
+func TestServeMetricsAddrInUse(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	cmd := exec.Command(binary, "serve", "--listen", "127.0.0.1:0", "--metrics", taken.Addr().String())
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(string(out), "cannot serve metrics") {
+		t.Fatalf("serve with a taken --metrics address: %v\n%s", err, out)
+	}
 }

@@ -144,6 +144,7 @@ func runServe(args []string) int {
 	lis, err := server.Listen(cfg.ListenAddr())
 	if err != nil {
 		log.Error("cannot listen", "addr", cfg.ListenAddr(), "err", err)
+		srv.Close() // flushes the write-ahead log, releases the storage
 		return 1
 	}
 
@@ -151,6 +152,8 @@ func runServe(args []string) int {
 		stop, err := serveMetrics(*metricsAddr, srv, log)
 		if err != nil {
 			log.Error("cannot serve metrics", "addr", *metricsAddr, "err", err)
+			lis.Close()
+			srv.Close()
 			return 1
 		}
 		defer stop()
@@ -159,6 +162,8 @@ func runServe(args []string) int {
 		stop, err := servePprof(*pprofAddr, log)
 		if err != nil {
 			log.Error("cannot serve pprof", "addr", *pprofAddr, "err", err)
+			lis.Close()
+			srv.Close()
 			return 1
 		}
 		defer stop()
