@@ -80,12 +80,14 @@ func serveWait(t *testing.T, wait time.Duration, args ...string) *proc {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			line := sc.Text()
-			if m := addrRE.FindStringSubmatch(line); m != nil && strings.Contains(line, "reverie serving") {
-				ready <- "127.0.0.1:" + m[1]
-			}
+			// Logged before the address is handed over, so that a test
+			// finds the serving line in p.logs once serve returns.
 			select {
 			case p.logs <- line:
 			default:
+			}
+			if m := addrRE.FindStringSubmatch(line); m != nil && strings.Contains(line, "reverie serving") {
+				ready <- "127.0.0.1:" + m[1]
 			}
 		}
 		p.done <- cmd.Wait()
