@@ -169,9 +169,12 @@ func runServe(args []string) int {
 		defer stop()
 	}
 
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(lis) }()
-
+	// Signals are taken before the server serves and logs that it does:
+	// a SIGTERM sent as soon as the server answers must drain it, not
+	// kill it (a test once did so within that window).
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
 	// SIGHUP reloads certificates and tokens (docs/config.md).
 	hup, done := make(chan os.Signal, 1), make(chan struct{})
 	signal.Notify(hup, syscall.SIGHUP)
@@ -189,9 +192,8 @@ func runServe(args []string) int {
 		}
 	}()
 
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sigs)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
 	select {
 	case err := <-served:
 		log.Error("server stopped", "err", err)
