@@ -174,12 +174,7 @@ func serve(args []string) int {
 	}
 	if *raw {
 		fmt.Printf("port=%d\n", lis.Addr().(*net.TCPAddr).Port)
-		go func() {
-			sig := make(chan os.Signal, 1)
-			signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-			<-sig
-			lis.Close()
-		}()
+		onSignal(func() { lis.Close() })
 		if err := serveRaw(lis, rs, *ackEvery); !errors.Is(err, net.ErrClosed) {
 			fmt.Fprintln(os.Stderr, "echo serve:", err)
 			return 1
@@ -195,12 +190,7 @@ func serve(args []string) int {
 		grpc.WriteBufferSize(1<<20), grpc.ReadBufferSize(*readBuf))
 	s.RegisterService(&serviceDesc, &echoServer{rings: rs, ackEvery: *ackEvery})
 	fmt.Printf("port=%d\n", lis.Addr().(*net.TCPAddr).Port)
-	go func() {
-		sig := make(chan os.Signal, 1)
-		signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-		<-sig
-		s.Stop()
-	}()
+	onSignal(s.Stop)
 	if err := s.Serve(lis); err != nil {
 		fmt.Fprintln(os.Stderr, "echo serve:", err)
 		return 1
@@ -388,24 +378,38 @@ func upClient(ctx context.Context, cc *grpc.ClientConn, c *loadConfig, seed uint
 	for i := range payloads {
 		payloads[i] = wrapperspb.Bytes(randomBytes(c.payload, seed*100+uint64(i)))
 	}
-	sent := make(chan time.Time, c.maxInFlight) // start times of unacknowledged payloads
+	return runUp(ctx, c.maxInFlight,
+		func(i int) error { return st.SendMsg(payloads[i%len(payloads)]) },
+		func() (uint64, error) {
+			m := new(wrapperspb.UInt64Value)
+			err := st.RecvMsg(m)
+			return m.GetValue(), err
+		},
+		func() { st.CloseSend() })
+}
+
+// runUp is the insert flow of both echoes: send(i) sends the i-th payload,
+// at most maxInFlight unacknowledged, until ctx ends; closeSend then
+// half-closes. recvAck returns the next acknowledgement, the running count
+// of payloads the server has taken, or io.EOF once the server has ended
+// the flow after acknowledging everything. runUp returns the latency of
+// each acknowledged payload, and fails if a sent one never was.
+func runUp(ctx context.Context, maxInFlight int, send func(int) error, recvAck func() (uint64, error), closeSend func()) ([]time.Duration, error) {
+	sent := make(chan time.Time, maxInFlight) // start times of unacknowledged payloads
 	var lat []time.Duration
 	recvErr := make(chan error, 1)
 	go func() {
-		// Each acknowledgement is the count of payloads the server has
-		// taken; the server ends the stream once the client has closed its
-		// side and everything is acknowledged.
 		var acked uint64
 		for {
-			m := new(wrapperspb.UInt64Value)
-			if err := st.RecvMsg(m); err != nil {
+			n, err := recvAck()
+			if err != nil {
 				if errors.Is(err, io.EOF) {
 					err = nil
 				}
 				recvErr <- err
 				return
 			}
-			for n := m.GetValue(); acked < n; acked++ {
+			for ; acked < n; acked++ {
 				t, ok := <-sent
 				if !ok {
 					recvErr <- fmt.Errorf("acknowledged %d payloads, sent %d", n, acked)
@@ -424,12 +428,12 @@ func upClient(ctx context.Context, cc *grpc.ClientConn, c *loadConfig, seed uint
 		case err := <-recvErr:
 			return lat, err
 		}
-		if sendErr = st.SendMsg(payloads[i%len(payloads)]); sendErr != nil {
+		if sendErr = send(i); sendErr != nil {
 			break
 		}
 	}
 	close(sent)
-	st.CloseSend()
+	closeSend()
 	if err := <-recvErr; err != nil {
 		return lat, err
 	}
@@ -469,15 +473,31 @@ func downClient(ctx context.Context, cc *grpc.ClientConn, c *loadConfig) ([]time
 				fetchErr <- fmt.Errorf("got %d bytes, want %d", len(m.GetValue()), c.payload*c.inFlight)
 				return
 			}
-			for range c.inFlight {
-				select {
-				case buf <- c.payload:
-				case <-sctx.Done():
-					return
-				}
+			if !offer(sctx, buf, c.inFlight, c.payload) {
+				return
 			}
 		}
 	}()
+	return takeAll(ctx, buf, fetchErr)
+}
+
+// offer puts n payloads of size bytes into buf for the consumer, and
+// reports whether it did before ctx ended.
+func offer(ctx context.Context, buf chan<- int, n, size int) bool {
+	for range n {
+		select {
+		case buf <- size:
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
+}
+
+// takeAll is the consumer of a sample flow: it takes payloads from buf
+// until ctx ends or buf is closed, and times each take. A closed buf ends
+// it with the fetcher's error, if any.
+func takeAll(ctx context.Context, buf <-chan int, fetchErr <-chan error) ([]time.Duration, error) {
 	var lat []time.Duration
 	for ctx.Err() == nil {
 		t := time.Now()
@@ -496,6 +516,16 @@ func downClient(ctx context.Context, cc *grpc.ClientConn, c *loadConfig) ([]time
 		}
 	}
 	return lat, nil
+}
+
+// onSignal calls f once, on the first SIGTERM or SIGINT.
+func onSignal(f func()) {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		<-sig
+		f()
+	}()
 }
 
 func main() {

@@ -175,55 +175,22 @@ func rawUpClient(ctx context.Context, c *loadConfig, seed uint64) ([]time.Durati
 	if _, err := conn.Write([]byte{'U'}); err != nil {
 		return nil, err
 	}
-	sent := make(chan time.Time, c.maxInFlight) // start times of unacknowledged payloads
-	var lat []time.Duration
-	recvErr := make(chan error, 1)
-	go func() {
-		var ack [8]byte
-		var acked uint64
-		for {
-			if _, err := io.ReadFull(conn, ack[:]); err != nil {
-				if errors.Is(err, io.EOF) {
-					err = nil
-				}
-				recvErr <- err
-				return
-			}
-			for n := binary.LittleEndian.Uint64(ack[:]); acked < n; acked++ {
-				t, ok := <-sent
-				if !ok {
-					recvErr <- fmt.Errorf("acknowledged %d items, sent %d", n, acked)
-					return
-				}
-				lat = append(lat, time.Since(t))
-			}
-		}
-	}()
-	var sendErr error
-	for i := 0; ctx.Err() == nil; i++ {
-		select {
-		case sent <- time.Now():
-		case <-ctx.Done():
-			continue
-		case err := <-recvErr:
-			return lat, err
-		}
-		if _, sendErr = conn.Write(frames[i%len(frames)]); sendErr != nil {
-			break
-		}
-	}
-	close(sent)
-	// Half-close: the server reads to the end, acknowledges the rest and
-	// closes its side, which ends the reader above.
-	conn.(*net.TCPConn).CloseWrite()
-	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
-	if err := <-recvErr; err != nil {
-		return lat, err
-	}
-	if n := len(sent); n > 0 && sendErr == nil {
-		return lat, fmt.Errorf("%d payloads sent were never acknowledged", n)
-	}
-	return lat, sendErr
+	var ack [8]byte
+	return runUp(ctx, c.maxInFlight,
+		func(i int) error {
+			_, err := conn.Write(frames[i%len(frames)])
+			return err
+		},
+		func() (uint64, error) {
+			_, err := io.ReadFull(conn, ack[:])
+			return binary.LittleEndian.Uint64(ack[:]), err
+		},
+		func() {
+			// Half-close: the server reads to the end, acknowledges the
+			// rest and closes its side, which ends the acknowledgements.
+			conn.(*net.TCPConn).CloseWrite()
+			conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+		})
 }
 
 // rawDownClient is downClient over a raw connection: it asks for inFlight
@@ -260,31 +227,10 @@ func rawDownClient(ctx context.Context, c *loadConfig) ([]time.Duration, error) 
 				}
 				return
 			}
-			for range c.inFlight {
-				select {
-				case buf <- c.payload:
-				case <-sctx.Done():
-					return
-				}
+			if !offer(sctx, buf, c.inFlight, c.payload) {
+				return
 			}
 		}
 	}()
-	var lat []time.Duration
-	for ctx.Err() == nil {
-		t := time.Now()
-		select {
-		case _, ok := <-buf:
-			if !ok {
-				select {
-				case err := <-fetchErr:
-					return lat, err
-				default:
-					return lat, nil
-				}
-			}
-			lat = append(lat, time.Since(t))
-		case <-ctx.Done():
-		}
-	}
-	return lat, nil
+	return takeAll(ctx, buf, fetchErr)
 }
