@@ -22,7 +22,8 @@
 # FLOOR_ECHOES="NAME=FLAGS;..." adds more echoes holding a table to the
 # rotation, each started with `echo serve --rings ... FLAGS` (e.g.
 # "keep=--keep;keep-rb0=--keep --read-buffer 0"; "raw=--raw", plain TCP with
-# no gRPC, the floor of any transport); every round then also
+# no gRPC, the floor of any transport; "h2=--h2", gRPC to the same client
+# from an HTTP/2 server of the echo's own); every round then also
 # prints each one's CPU per item over the echo's and over Reverb's.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -4,13 +4,15 @@
 // and no compression.
 //
 //	echo serve [--listen 127.0.0.1:0] [--rings SIZE:SLOTS,... [--keep]]
-//	    [--read-buffer BYTES] [--raw] [--ack-every N]
+//	    [--read-buffer BYTES] [--raw | --h2] [--ack-every N]
 //	                                        prints port=N, serves until SIGTERM
 //	echo load --addr 127.0.0.1:N --mode insert|sample --payload 400 \
 //	    --clients 8 --duration 2s [--json] [--raw]
 //
 // With --raw on both, the same flows run over plain TCP with no gRPC
-// (raw.go): holding a table, the floor of any transport here.
+// (raw.go): holding a table, the floor of any transport here. With --h2,
+// `echo serve` answers the same gRPC calls as without, to the same
+// client, from an HTTP/2 server of its own instead of gRPC-Go's (h2.go).
 //
 // insert: each client sends payloads on one stream, with up to
 // --max-in-flight-items (128, as the Go writer) unacknowledged; the server
@@ -150,6 +152,7 @@ func serve(args []string) int {
 	keep := fs.Bool("keep", false, "with --rings: keep inserted payloads in the buffers gRPC read them into, instead of copying them")
 	readBuf := fs.Int("read-buffer", 32<<10, "gRPC's read buffer in bytes; 0 reads frames straight from the socket")
 	raw := fs.Bool("raw", false, "serve plain TCP instead of gRPC: the floor of any transport (raw.go)")
+	h2 := fs.Bool("h2", false, "serve gRPC on an HTTP/2 server of the echo's own instead of gRPC-Go's (h2.go)")
 	ackEvery := fs.Uint64("ack-every", 1, "acknowledge inserted payloads in batches of this many (at most the load's --max-in-flight-items)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -158,8 +161,12 @@ func serve(args []string) int {
 		fmt.Fprintln(os.Stderr, "echo serve: --ack-every: want at least 1")
 		return 2
 	}
-	if *raw && *keep {
-		fmt.Fprintln(os.Stderr, "echo serve: --keep keeps gRPC's buffers; --raw has none")
+	if (*raw || *h2) && *keep {
+		fmt.Fprintln(os.Stderr, "echo serve: --keep keeps gRPC-Go's buffers; --raw and --h2 have none")
+		return 2
+	}
+	if *raw && *h2 {
+		fmt.Fprintln(os.Stderr, "echo serve: --raw and --h2 are two different servers; pick one")
 		return 2
 	}
 	rs, err := parseRings(*ringSpec, *keep)
@@ -172,10 +179,16 @@ func serve(args []string) int {
 		fmt.Fprintln(os.Stderr, "echo serve:", err)
 		return 1
 	}
-	if *raw {
+	if *raw || *h2 {
 		fmt.Printf("port=%d\n", lis.Addr().(*net.TCPAddr).Port)
 		onSignal(func() { lis.Close() })
-		if err := serveRaw(lis, rs, *ackEvery); !errors.Is(err, net.ErrClosed) {
+		var err error
+		if *raw {
+			err = serveRaw(lis, rs, *ackEvery)
+		} else {
+			err = serveH2(lis, rs, *ackEvery, *readBuf, nil)
+		}
+		if !errors.Is(err, net.ErrClosed) {
 			fmt.Fprintln(os.Stderr, "echo serve:", err)
 			return 1
 		}
