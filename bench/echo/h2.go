@@ -10,6 +10,8 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -40,6 +42,15 @@ import (
 //     (1 MiB per stream, 4 MiB per connection), returned in WINDOW_UPDATEs
 //     once a quarter is used; sends wait for the client's windows.
 //
+// With --handoff, each stream's messages are answered on a goroutine of
+// the stream's own, and a writer goroutine does the writing, as a server
+// must that runs a service's handlers as gRPC-Go's does (a handler may
+// block, and must not hold up the other streams of its connection). The
+// reader still reads each payload into its slot, then hands the stream's
+// goroutine the message's count (Up) or request (Down); that goroutine
+// queues the acknowledgement or response under the connection's lock and
+// wakes the writer.
+//
 // It is a measuring stick, not a server anyone should deploy: no TLS, no
 // deadlines, no compression, no limit on streams, and a client that stops
 // reading blocks its connection's writes (and so its reads). A protocol
@@ -57,7 +68,7 @@ const (
 
 // serveH2 accepts connections on lis until it fails (when lis is closed)
 // and serves each on its own goroutine, counted in conns if not nil.
-func serveH2(lis net.Listener, rs rings, ackEvery uint64, readBuf int, conns *sync.WaitGroup) error {
+func serveH2(lis net.Listener, rs rings, ackEvery uint64, readBuf int, handoff bool, conns *sync.WaitGroup) error {
 	for {
 		c, err := lis.Accept()
 		if err != nil {
@@ -71,7 +82,7 @@ func serveH2(lis net.Listener, rs rings, ackEvery uint64, readBuf int, conns *sy
 			if conns != nil {
 				defer conns.Done()
 			}
-			_ = newH2Conn(c, rs, ackEvery, readBuf).serve() // a broken connection is the client's to report
+			_ = newH2Conn(c, rs, ackEvery, readBuf, handoff).serve() // a broken connection is the client's to report
 		}()
 	}
 }
@@ -81,6 +92,16 @@ type h2Conn struct {
 	br       *bufio.Reader
 	rs       rings
 	ackEvery uint64
+
+	// With --handoff: mu guards the send side (the windows, each stream's
+	// send state and the gathered writes), wake wakes the writer, and
+	// the wait groups count the streams' goroutines and the writer.
+	handoff  bool
+	mu       sync.Mutex
+	wake     chan struct{}
+	writeErr error
+	handlers sync.WaitGroup
+	writer   sync.WaitGroup
 
 	dec    *hpack.Decoder
 	enc    *hpack.Encoder
@@ -95,7 +116,8 @@ type h2Conn struct {
 	streams map[uint32]*h2Stream
 	lastID  uint32
 
-	// Send side: the client's windows and largest frame.
+	// Send side (under mu with --handoff): the client's windows and
+	// largest frame.
 	connWin  int64
 	initWin  int64
 	maxFrame int
@@ -112,12 +134,19 @@ type h2Conn struct {
 
 type h2Stream struct {
 	id   uint32
-	up   bool // Up (inserts), else Down (samples)
-	win  int64
+	up   bool  // Up (inserts), else Down (samples)
 	used int64 // receive window used and not yet returned
-	// The client has half-closed; trailers go once sendq drains.
-	halfClosed  bool
+	// The reader has seen the client's END_STREAM, or failed the stream.
+	clientDone bool
+	// With --handoff, the stream's goroutine takes events from ev.
+	ev       chan h2Event
+	evClosed bool
+
+	// Send side (under mu with --handoff).
+	win         int64
 	headersSent bool
+	halfClosed  bool // trailers go once sendq drains
+	closed      atomic.Bool
 
 	// The message being read: its 5-byte gRPC prefix, then msgLeft bytes.
 	prefix  [5]byte
@@ -136,15 +165,15 @@ type h2Stream struct {
 	req  [h2MaxRequest]byte
 	nreq int
 
-	// Response bytes waiting for the client's windows.
+	// Response bytes waiting for the client's windows (send side).
 	sendq    [][]byte
 	sendLeft int
 	parts    [][]byte
 }
 
-func newH2Conn(c net.Conn, rs rings, ackEvery uint64, readBuf int) *h2Conn {
+func newH2Conn(c net.Conn, rs rings, ackEvery uint64, readBuf int, handoff bool) *h2Conn {
 	h := &h2Conn{
-		c: c, br: bufio.NewReaderSize(c, max(readBuf, 16)), rs: rs, ackEvery: ackEvery,
+		c: c, br: bufio.NewReaderSize(c, max(readBuf, 16)), rs: rs, ackEvery: ackEvery, handoff: handoff,
 		streams: map[uint32]*h2Stream{},
 		connWin: 65535, initWin: 65535, maxFrame: 16384,
 		small: make([]byte, 0, 64<<10),
@@ -180,7 +209,27 @@ func (h *h2Conn) serve() error {
 	if string(preface[:]) != http2.ClientPreface {
 		return errors.New("not an HTTP/2 client preface")
 	}
+	if h.handoff {
+		h.wake = make(chan struct{}, 1)
+		h.writer.Go(h.writeLoop)
+	}
 	err := h.loop()
+	if h.handoff {
+		// The streams' goroutines finish what they were handed (dropped,
+		// with streams nil), then the writer stops. A writer stuck on a
+		// client that has gone is unblocked by the deadline.
+		for _, s := range h.streams {
+			h.closeEvents(s)
+		}
+		h.c.SetWriteDeadline(time.Now())
+		h.mu.Lock()
+		h.streams = nil
+		h.mu.Unlock()
+		h.handlers.Wait()
+		close(h.wake)
+		h.writer.Wait()
+		h.c.SetWriteDeadline(time.Time{})
+	}
 	var ce h2ConnError
 	if errors.As(err, &ce) {
 		h.frameHeader(8, http2.FrameGoAway, 0, 0)
@@ -193,10 +242,44 @@ func (h *h2Conn) serve() error {
 	return err
 }
 
+// lock and unlock guard the send side with --handoff; unlock wakes the
+// writer if anything is gathered.
+func (h *h2Conn) lock() {
+	if h.handoff {
+		h.mu.Lock()
+	}
+}
+
+func (h *h2Conn) unlock() {
+	if h.handoff {
+		if h.queued > 0 {
+			select {
+			case h.wake <- struct{}{}:
+			default:
+			}
+		}
+		h.mu.Unlock()
+	}
+}
+
+// writeLoop is the writer with --handoff: it writes what is gathered
+// whenever woken, until the connection ends.
+func (h *h2Conn) writeLoop() {
+	for range h.wake {
+		h.mu.Lock()
+		if h.writeErr == nil && h.queued > 0 {
+			if h.writeErr = h.flush(); h.writeErr != nil {
+				h.c.Close() // the reader then fails too
+			}
+		}
+		h.mu.Unlock()
+	}
+}
+
 func (h *h2Conn) loop() error {
 	var fh [9]byte
 	for {
-		if h.queued > 0 && (h.br.Buffered() == 0 || h.queued >= h2FlushAt) {
+		if !h.handoff && h.queued > 0 && (h.br.Buffered() == 0 || h.queued >= h2FlushAt) {
 			if err := h.flush(); err != nil {
 				return err
 			}
@@ -221,15 +304,23 @@ func (h *h2Conn) loop() error {
 			err = h.onHeaders(typ, id, flags, n)
 		case http2.FrameRSTStream:
 			if _, err = h.readFrame(n, 4); err == nil {
-				delete(h.streams, id)
+				if s := h.streams[id]; s != nil {
+					h.lock()
+					s.closed.Store(true)
+					h.unlock()
+					h.closeEvents(s)
+					delete(h.streams, id)
+				}
 			}
 		case http2.FrameSettings:
 			err = h.onSettings(flags, n)
 		case http2.FramePing:
 			var p []byte
 			if p, err = h.readFrame(n, 8); err == nil && flags&http2.FlagPingAck == 0 {
+				h.lock()
 				h.frameHeader(8, http2.FramePing, http2.FlagPingAck, 0)
 				h.write(p)
+				h.unlock()
 			}
 		case http2.FrameGoAway:
 			if _, err = h.br.Discard(n); err == nil {
@@ -271,6 +362,8 @@ func (h *h2Conn) onSettings(flags http2.Flags, n int) error {
 	if err != nil {
 		return err
 	}
+	h.lock()
+	defer h.unlock()
 	for ; len(p) > 0; p = p[6:] {
 		v := binary.BigEndian.Uint32(p[2:])
 		switch http2.SettingID(binary.BigEndian.Uint16(p)) {
@@ -300,6 +393,8 @@ func (h *h2Conn) onWindowUpdate(id uint32, n int) error {
 		return err
 	}
 	inc := int64(binary.BigEndian.Uint32(p) & 0x7fffffff)
+	h.lock()
+	defer h.unlock()
 	if id == 0 {
 		h.connWin += inc
 		h.pumpAll()
@@ -346,7 +441,7 @@ func (h *h2Conn) onHeaders(typ http2.FrameType, id uint32, flags http2.Flags, n 
 		return h2ConnError{http2.ErrCodeCompression, err.Error()}
 	}
 	id, end := h.blockStream, h.blockFlags&http2.FlagHeadersEndStream != 0
-	if s := h.streams[id]; s != nil { // trailers from the client
+	if s := h.stream(id); s != nil { // trailers from the client
 		h.endOfClient(s)
 		return nil
 	}
@@ -354,8 +449,10 @@ func (h *h2Conn) onHeaders(typ http2.FrameType, id uint32, flags http2.Flags, n 
 		return h2ConnError{http2.ErrCodeProtocol, fmt.Sprintf("HEADERS opening stream %d after %d", id, h.lastID)}
 	}
 	h.lastID = id
+	h.lock()
 	s := &h2Stream{id: id, win: h.initWin}
 	h.streams[id] = s
+	h.unlock()
 	var path string
 	for _, f := range fields {
 		if f.Name == ":path" {
@@ -370,6 +467,10 @@ func (h *h2Conn) onHeaders(typ http2.FrameType, id uint32, flags http2.Flags, n 
 		h.fail(s, codes.Unimplemented, "unknown method "+path)
 		return nil
 	}
+	if h.handoff {
+		s.ev = make(chan h2Event, 64)
+		h.handlers.Go(func() { h.streamLoop(s) })
+	}
 	if end {
 		h.endOfClient(s)
 	}
@@ -380,7 +481,7 @@ func (h *h2Conn) onData(id uint32, flags http2.Flags, n int) error {
 	if id == 0 || id > h.lastID {
 		return h2ConnError{http2.ErrCodeProtocol, fmt.Sprintf("DATA on idle stream %d", id)}
 	}
-	s := h.streams[id]
+	s := h.stream(id)
 	h.received(s, n)
 	pad := 0
 	if flags&http2.FlagDataPadded != 0 {
@@ -393,7 +494,7 @@ func (h *h2Conn) onData(id uint32, flags http2.Flags, n int) error {
 			return h2ConnError{http2.ErrCodeProtocol, "bad padding"}
 		}
 	}
-	if s == nil || s.halfClosed { // closed, reset or failed: drop its data
+	if s == nil || s.clientDone { // closed, reset or failed: drop its data
 		_, err := h.br.Discard(n)
 		return err
 	}
@@ -403,7 +504,7 @@ func (h *h2Conn) onData(id uint32, flags http2.Flags, n int) error {
 	if _, err := h.br.Discard(pad); err != nil {
 		return err
 	}
-	if flags&http2.FlagDataEndStream != 0 && h.streams[id] == s {
+	if flags&http2.FlagDataEndStream != 0 && !s.clientDone {
 		h.endOfClient(s)
 	}
 	return nil
@@ -413,16 +514,31 @@ func (h *h2Conn) onData(id uint32, flags http2.Flags, n int) error {
 // them to the client once a quarter of a window is used.
 func (h *h2Conn) received(s *h2Stream, n int) {
 	if h.connUsed += int64(n); h.connUsed >= h2ConnWindow/4 {
+		h.lock()
 		h.windowUpdate(0, h.connUsed)
+		h.unlock()
 		h.connUsed = 0
 	}
-	if s == nil || s.halfClosed {
+	if s == nil || s.clientDone {
 		return
 	}
 	if s.used += int64(n); s.used >= h2StreamWindow/4 {
+		h.lock()
 		h.windowUpdate(s.id, s.used)
+		h.unlock()
 		s.used = 0
 	}
+}
+
+// stream is the open stream id, if any, forgetting it once it has ended.
+func (h *h2Conn) stream(id uint32) *h2Stream {
+	s := h.streams[id]
+	if s != nil && s.closed.Load() {
+		h.closeEvents(s)
+		delete(h.streams, id)
+		return nil
+	}
+	return s
 }
 
 // feed reads n bytes of s's messages from the connection. A bad message
@@ -527,7 +643,7 @@ func (h *h2Conn) message(s *h2Stream) string {
 		}
 		s.taken++
 		if s.taken%h.ackEvery == 0 {
-			h.sendAck(s)
+			h.post(s, h2Event{kind: evAck, v: s.taken})
 		}
 		return ""
 	}
@@ -546,6 +662,66 @@ func (h *h2Conn) message(s *h2Stream) string {
 	if size == 0 || n == 0 || size > rawMaxResponse/n {
 		return fmt.Sprintf("request of %d payloads of %d bytes", n, size)
 	}
+	h.post(s, h2Event{kind: evRequest, v: v})
+	return ""
+}
+
+// Events of a stream: what the reader hands its goroutine with --handoff,
+// or does at once without.
+type h2Event struct {
+	kind uint8
+	v    uint64 // evAck: payloads taken; evRequest: the request
+}
+
+const (
+	evAck     = iota // Up: acknowledge v payloads
+	evRequest        // Down: answer request v
+	evEnd            // the client has half-closed
+)
+
+// post hands e to s's goroutine with --handoff, or runs it.
+func (h *h2Conn) post(s *h2Stream, e h2Event) {
+	if h.handoff {
+		s.ev <- e
+		return
+	}
+	h.run(s, e)
+}
+
+// closeEvents ends s's goroutine, once it has run what it was posted.
+func (h *h2Conn) closeEvents(s *h2Stream) {
+	if s.ev != nil && !s.evClosed {
+		close(s.ev)
+		s.evClosed = true
+	}
+}
+
+// streamLoop is s's goroutine with --handoff.
+func (h *h2Conn) streamLoop(s *h2Stream) {
+	for e := range s.ev {
+		h.mu.Lock()
+		if !s.closed.Load() && h.streams != nil {
+			h.run(s, e)
+		}
+		h.unlock()
+	}
+}
+
+// run does e on the send side of s (under mu with --handoff).
+func (h *h2Conn) run(s *h2Stream, e h2Event) {
+	switch e.kind {
+	case evAck:
+		h.sendAck(s, e.v)
+	case evRequest:
+		h.respond(s, int(e.v>>16), int(e.v&0xffff))
+	case evEnd:
+		s.halfClosed = true
+		h.pump(s)
+	}
+}
+
+// respond queues a response of n payloads of size bytes.
+func (h *h2Conn) respond(s *h2Stream, size, n int) {
 	s.parts = s.parts[:0]
 	if r := h.rs[size]; r != nil {
 		for range n {
@@ -562,12 +738,11 @@ func (h *h2Conn) message(s *h2Stream) string {
 	head = protowire.AppendVarint(head, uint64(total))
 	binary.BigEndian.PutUint32(head[1:5], uint32(len(head)-5+total))
 	h.send(s, head, total)
-	return ""
 }
 
-func (h *h2Conn) sendAck(s *h2Stream) {
+func (h *h2Conn) sendAck(s *h2Stream, taken uint64) {
 	m := protowire.AppendTag(make([]byte, 5, 16), 1, protowire.VarintType)
-	m = protowire.AppendVarint(m, s.taken)
+	m = protowire.AppendVarint(m, taken)
 	binary.BigEndian.PutUint32(m[1:5], uint32(len(m)-5))
 	h.send(s, m, 0)
 }
@@ -625,7 +800,7 @@ func (h *h2Conn) pump(s *h2Stream) {
 
 func (h *h2Conn) pumpAll() {
 	for _, s := range h.streams {
-		if s.sendLeft > 0 {
+		if s.sendLeft > 0 && !s.closed.Load() {
 			h.pump(s)
 		}
 	}
@@ -638,11 +813,12 @@ func (h *h2Conn) endOfClient(s *h2Stream) {
 		h.fail(s, codes.InvalidArgument, "stream ended inside a message")
 		return
 	}
+	s.clientDone = true
 	if s.up && s.taken%h.ackEvery != 0 {
-		h.sendAck(s)
+		h.post(s, h2Event{kind: evAck, v: s.taken})
 	}
-	s.halfClosed = true
-	h.pump(s)
+	h.post(s, h2Event{kind: evEnd})
+	h.closeEvents(s)
 }
 
 // trailers ends s with status code and forgets it.
@@ -659,12 +835,16 @@ func (h *h2Conn) trailers(s *h2Stream, code codes.Code, msg string) {
 	h.frameHeader(h.encBuf.Len(), http2.FrameHeaders, http2.FlagHeadersEndHeaders|http2.FlagHeadersEndStream, s.id)
 	h.write(h.encBuf.Bytes())
 	s.halfClosed = true
-	delete(h.streams, s.id)
+	s.closed.Store(true)
 }
 
 // fail ends s with an error status, dropping what it had queued, and
 // tells the client to stop sending on it.
 func (h *h2Conn) fail(s *h2Stream, code codes.Code, msg string) {
+	s.clientDone = true
+	h.closeEvents(s)
+	h.lock()
+	defer h.unlock()
 	s.sendq, s.sendLeft = nil, 0
 	h.trailers(s, code, msg)
 	h.frameHeader(4, http2.FrameRSTStream, 0, s.id)

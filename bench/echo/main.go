@@ -4,7 +4,7 @@
 // and no compression.
 //
 //	echo serve [--listen 127.0.0.1:0] [--rings SIZE:SLOTS,... [--keep]]
-//	    [--read-buffer BYTES] [--raw | --h2] [--ack-every N]
+//	    [--read-buffer BYTES] [--raw | --h2 [--handoff]] [--ack-every N]
 //	                                        prints port=N, serves until SIGTERM
 //	echo load --addr 127.0.0.1:N --mode insert|sample --payload 400 \
 //	    --clients 8 --duration 2s [--json] [--raw]
@@ -153,6 +153,7 @@ func serve(args []string) int {
 	readBuf := fs.Int("read-buffer", 32<<10, "gRPC's read buffer in bytes; 0 reads frames straight from the socket")
 	raw := fs.Bool("raw", false, "serve plain TCP instead of gRPC: the floor of any transport (raw.go)")
 	h2 := fs.Bool("h2", false, "serve gRPC on an HTTP/2 server of the echo's own instead of gRPC-Go's (h2.go)")
+	handoff := fs.Bool("handoff", false, "with --h2: answer each stream on a goroutine of its own, and write on another (h2.go)")
 	ackEvery := fs.Uint64("ack-every", 1, "acknowledge inserted payloads in batches of this many (at most the load's --max-in-flight-items)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -163,6 +164,10 @@ func serve(args []string) int {
 	}
 	if (*raw || *h2) && *keep {
 		fmt.Fprintln(os.Stderr, "echo serve: --keep keeps gRPC-Go's buffers; --raw and --h2 have none")
+		return 2
+	}
+	if *handoff && !*h2 {
+		fmt.Fprintln(os.Stderr, "echo serve: --handoff is a mode of --h2")
 		return 2
 	}
 	if *raw && *h2 {
@@ -186,7 +191,7 @@ func serve(args []string) int {
 		if *raw {
 			err = serveRaw(lis, rs, *ackEvery)
 		} else {
-			err = serveH2(lis, rs, *ackEvery, *readBuf, nil)
+			err = serveH2(lis, rs, *ackEvery, *readBuf, *handoff, nil)
 		}
 		if !errors.Is(err, net.ErrClosed) {
 			fmt.Fprintln(os.Stderr, "echo serve:", err)
