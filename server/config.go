@@ -32,6 +32,10 @@ type Config struct {
 	// Listen overrides Port: "host:port" for TCP, or "unix:///path/sock" for
 	// a unix socket. Empty means ":Port".
 	Listen string
+	// LocalListen, if set, is a unix socket ("unix:///path/sock") that the
+	// binary serves beside Listen, for clients on the same machine: its
+	// calls skip TLS and tokens (Server.ServeLocal; docs/config.md).
+	LocalListen string
 	// Tables served. At least one; names are unique and non-empty.
 	Tables []TableConfig
 	// Selectors maps names to factories for selectors with Kind
@@ -223,6 +227,12 @@ func (c *Config) Validate() error {
 	}
 	if len(c.Tables) == 0 {
 		return fmt.Errorf("%w: tables: at least one table is required", ErrInvalidConfig)
+	}
+	if reason := checkLocalListen(c.LocalListen); reason != "" {
+		return fmt.Errorf("%w: local_listen: %s", ErrInvalidConfig, reason)
+	}
+	if c.LocalListen != "" && c.LocalListen == c.Listen {
+		return fmt.Errorf("%w: local_listen: %q is listen too; give the local clients a socket of their own", ErrInvalidConfig, c.LocalListen)
 	}
 	if err := c.TLS.validate(); err != nil {
 		return err

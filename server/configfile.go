@@ -521,6 +521,7 @@ func checkSignatureSpec(dtype tensorflowpb.DataType, shape *tensorflowpb.TensorS
 type yamlFile struct {
 	Port          yaml.Node `yaml:"port"`
 	Listen        yaml.Node `yaml:"listen"`
+	LocalListen   yaml.Node `yaml:"local_listen"`
 	CheckpointDir yaml.Node `yaml:"checkpoint_dir"`
 	// Bytes per second; see Config.CheckpointWriteRate.
 	CheckpointWriteRate yaml.Node   `yaml:"checkpoint_write_rate"`
@@ -539,7 +540,7 @@ type yamlFile struct {
 	Auth yaml.Node `yaml:"auth"`
 }
 
-const yamlTopKeys = "port, listen, checkpoint_dir, checkpoint_write_rate, tables, wal, remote_snapshots, storage, tls, auth"
+const yamlTopKeys = "port, listen, local_listen, checkpoint_dir, checkpoint_write_rate, tables, wal, remote_snapshots, storage, tls, auth"
 
 // yamlTable is one entry of tables.
 type yamlTable struct {
@@ -594,6 +595,16 @@ func (p *cfgParser) parseYAML(data []byte, cfg *Config) error {
 			return p.yerrf("listen", &f.Listen, "%s", reason)
 		}
 		cfg.Listen = listen
+	}
+	if !yamlAbsent(&f.LocalListen) {
+		local, err := p.ystring(&f.LocalListen, "local_listen")
+		if err != nil {
+			return err
+		}
+		if reason := checkLocalListen(local); reason != "" {
+			return p.yerrf("local_listen", &f.LocalListen, "%s", reason)
+		}
+		cfg.LocalListen = local
 	}
 	if !yamlAbsent(&f.CheckpointDir) {
 		dir, err := p.ystring(&f.CheckpointDir, "checkpoint_dir")

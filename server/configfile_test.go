@@ -269,6 +269,7 @@ tables { table_name: "d" sampler { prioritized {} } remover { fifo: true } max_s
 		{"yaml all forms", "a.yaml", `
 port: 9000
 listen: "unix:///tmp/reverie.sock"
+local_listen: "unix:///tmp/reverie-local.sock"
 checkpoint_dir: /tmp/ckpt
 tables:
   - name: a
@@ -310,7 +311,7 @@ tables:
     stack: 7
   - {name: g, sampler: uniform, remover: fifo, max_size: 5, rate_limiter: {min_size: 3},
      max_times_sampled: 0, signature: ~}
-`, Config{Port: 9000, Listen: "unix:///tmp/reverie.sock", CheckpointDir: "/tmp/ckpt", Tables: []TableConfig{
+`, Config{Port: 9000, Listen: "unix:///tmp/reverie.sock", LocalListen: "unix:///tmp/reverie-local.sock", CheckpointDir: "/tmp/ckpt", Tables: []TableConfig{
 			{Name: "a", Sampler: uniformSpec, Remover: lifoSpec, MaxSize: 10, RateLimiter: RateLimiter{SamplesPerInsert: 2.5, MinSizeToSample: 3, MinDiff: -10, MaxDiff: 10}},
 			{Name: "b", Sampler: selector.Spec{Kind: selector.KindPrioritized, PriorityExponent: 0.8}, Remover: selector.Spec{Kind: selector.KindMinHeap},
 				MaxSize: 1000, MaxTimesSampled: 2, RateLimiter: SampleToInsertRatio(4, 1000, 100)},
@@ -481,7 +482,7 @@ func TestLoadConfigFileBad(t *testing.T) {
 		{"yaml wal bad fsync", "a.yaml", goodYAML + "wal: {fsync: sometimes}\n", []string{`wal.fsync: want always, interval or never, got "sometimes" (line 3)`}},
 		{"yaml wal bad interval", "a.yaml", goodYAML + "wal: {fsync: interval, interval: 10}\n", []string{`wal.interval: must be a positive duration such as 100ms, got "10" (line 3)`}},
 		{"yaml wal unknown key", "a.yaml", goodYAML + "wal: {fsync: always, sync: x}\n", []string{`wal.sync: unknown key "sync"; want one of fsync, interval, dir, checkpoint_after_bytes (line 3)`}},
-		{"yaml unknown top key", "a.yaml", goodYAML + "prot: 1\n", []string{`prot: unknown key "prot"; want one of port, listen, checkpoint_dir, checkpoint_write_rate, tables, wal, remote_snapshots, storage, tls, auth (line 3)`}},
+		{"yaml unknown top key", "a.yaml", goodYAML + "prot: 1\n", []string{`prot: unknown key "prot"; want one of port, listen, local_listen, checkpoint_dir, checkpoint_write_rate, tables, wal, remote_snapshots, storage, tls, auth (line 3)`}},
 		{"yaml unknown table key", "a.yaml", y(okY + "    rate_limter: {min_size: 1}\n"), []string{`tables[1].rate_limter: unknown key "rate_limter"; want one of name, sampler`, "(line 7)"}},
 		{"yaml duplicate key", "a.yaml", y(okY + "    max_size: 11\n    rate_limiter: {min_size: 1}\n"), []string{`tables[1].max_size: duplicate key (first at line 6) (line 7)`}},
 		{"yaml tables mapping", "a.yaml", "tables:\n  a: 1\n", []string{"tables: must be a list of tables, got a mapping (line 2)"}},
@@ -492,6 +493,7 @@ func TestLoadConfigFileBad(t *testing.T) {
 		{"yaml port range", "a.yaml", "port: 70000\n" + goodYAML, []string{"port: must be in [0, 65535], got 70000 (line 1)"}},
 		{"yaml listen", "a.yaml", "listen: nonsense\n" + goodYAML, []string{`listen: want "host:port" or "unix:///path/to/sock", got "nonsense"`}},
 		{"yaml listen empty unix", "a.yaml", "listen: unix://\n" + goodYAML, []string{`listen: unix socket path is empty`}},
+		{"yaml local_listen tcp", "a.yaml", "local_listen: 127.0.0.1:9000\n" + goodYAML, []string{`local_listen: want a unix socket, "unix:///path/to/sock", got "127.0.0.1:9000"`, "(line 1)"}},
 		{"yaml checkpoint_dir list", "a.yaml", "checkpoint_dir: [a]\n" + goodYAML, []string{`checkpoint_dir: must be a string, got a list`}},
 
 		// YAML: tables.
@@ -639,7 +641,7 @@ func TestLoadConfigFileErrorFormat(t *testing.T) {
 		t.Fatal("no error")
 	}
 	for _, w := range []string{
-		"config " + path + `: prot: unknown key "prot"; want one of port, listen, checkpoint_dir, checkpoint_write_rate, tables, wal, remote_snapshots, storage, tls, auth (line 1)`,
+		"config " + path + `: prot: unknown key "prot"; want one of port, listen, local_listen, checkpoint_dir, checkpoint_write_rate, tables, wal, remote_snapshots, storage, tls, auth (line 1)`,
 		"config " + path + `: tables[0].size: unknown key "size"; want one of name, sampler, remover, max_size, max_times_sampled, rate_limiter, queue, stack, signature (line 3)`,
 	} {
 		if !strings.Contains(err.Error(), w) {

@@ -282,8 +282,16 @@ func newStateID() *reverbpb.Uint128 {
 // Serve accepts connections on l until Shutdown or Close, then returns
 // ErrServerClosed. Any other return is a listener failure.
 func (s *Server) Serve(l net.Listener) error {
-	s.log.Info("reverie serving", "addr", l.Addr().String(), "tables", s.names,
-		"tls", s.cfg.TLS.Enabled(), "mutual_tls", s.cfg.TLS.ClientCAFile != "", "auth_tokens", s.cfg.Auth.Enabled())
+	return s.serve(l, false)
+}
+
+func (s *Server) serve(l net.Listener, local bool) error {
+	if local {
+		s.log.Info("serving local clients, without TLS or tokens", "addr", l.Addr().String(), "tables", s.names)
+	} else {
+		s.log.Info("reverie serving", "addr", l.Addr().String(), "tables", s.names,
+			"tls", s.cfg.TLS.Enabled(), "mutual_tls", s.cfg.TLS.ClientCAFile != "", "auth_tokens", s.cfg.Auth.Enabled())
+	}
 	s.startSnapshotSchedule()
 	err := s.grpc.Serve(l)
 	if err == nil || errors.Is(err, grpc.ErrServerStopped) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -68,4 +69,56 @@ func TestServeTLSAndTokens(t *testing.T) {
 		t.Fatalf("info with the dropped token: %v\n%s", err, out)
 	}
 	p.stop(t, syscall.SIGTERM)
+}
+
+// --local-listen serves the same tables on a unix socket, 0660, to
+// clients with neither TLS nor a token, while the TCP listener asks for
+// both; the socket goes when the server stops.
+func TestServeLocalListen(t *testing.T) {
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(tokens, []byte("alpha\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "local.sock")
+	const certs = "../../testdata/tls/"
+	p := serve(t, "--tls-cert", certs+"server.pem", "--tls-key", certs+"server.key", "--auth-token-file", tokens,
+		"--local-listen", "unix://"+sock)
+	if logs, ok := logsContain(p, "serving local clients"); !ok || !strings.Contains(logs, sock) {
+		t.Errorf("no local serving log line naming the socket:\n%s", logs)
+	}
+	fi, err := os.Stat(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if perm := fi.Mode().Perm(); perm != 0o660 {
+		t.Errorf("socket mode %v, want 0660", perm)
+	}
+	ins, _ := runBenchJSON(t, p, "--addr", "unix://"+sock, "--mode", "insert", "--items", "200")
+	if ins.Items != 200 || ins.Errors != 0 {
+		t.Fatalf("bench on the local socket: %s", ins)
+	}
+	out, err := exec.Command(binary, "info", "--addr", p.addr, "--timeout", "5s").CombinedOutput()
+	if err == nil {
+		t.Fatalf("info over TCP without TLS or token succeeded:\n%s", out)
+	}
+	p.stop(t, syscall.SIGTERM)
+	if _, err := os.Stat(sock); !os.IsNotExist(err) {
+		t.Errorf("socket left behind after stop: %v", err)
+	}
+}
+
+// A --local-listen that is not a unix socket, or cannot be bound, stops
+// the server at start and says why.
+func TestServeLocalListenBad(t *testing.T) {
+	for name, tc := range map[string]struct{ addr, want string }{
+		"tcp":         {"127.0.0.1:0", "local_listen: want a unix socket"},
+		"no such dir": {"unix://" + filepath.Join(t.TempDir(), "missing", "local.sock"), "cannot listen"},
+	} {
+		out, err := exec.Command(binary, "serve", "--listen", "127.0.0.1:0", "--local-listen", tc.addr).CombinedOutput()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(string(out), tc.want) {
+			t.Errorf("%s: %v, want exit 1 mentioning %q:\n%s", name, err, tc.want, out)
+		}
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -20,6 +21,7 @@ func runServe(args []string) int {
 	configPath := fs.String("config", "", "config file: reverie YAML (.yaml, .yml) or Reverb reverb_server textproto (.textproto, .pbtxt); default: one table named \"replay\"")
 	port := fs.Int("port", -1, fmt.Sprintf("TCP port, all interfaces (overrides the config; 0 picks a free port; default %d)", server.DefaultPort))
 	listen := fs.String("listen", "", "listen address, overriding port: host:port or unix:///path/sock")
+	localListen := fs.String("local-listen", "", "also serve the same tables on this unix socket (unix:///path/sock) for clients on this machine, without TLS or tokens; the socket is made 0660 (overrides the config's local_listen)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	checkpointDir := fs.String("checkpoint-dir", "", "directory the Checkpoint RPC writes to (overrides the config's checkpoint_dir); at start the newest complete checkpoint in it is restored unless --restore is given")
@@ -69,6 +71,9 @@ func runServe(args []string) int {
 	}
 	if *listen != "" {
 		cfg.Listen = *listen
+	}
+	if *localListen != "" {
+		cfg.LocalListen = *localListen
 	}
 	if *checkpointDir != "" {
 		cfg.CheckpointDir = *checkpointDir
@@ -148,11 +153,27 @@ func runServe(args []string) int {
 		return 1
 	}
 
+	var local net.Listener
+	if cfg.LocalListen != "" {
+		if local, err = listenLocal(cfg.LocalListen); err != nil {
+			log.Error("cannot listen", "local_listen", cfg.LocalListen, "err", err)
+			lis.Close()
+			srv.Close()
+			return 1
+		}
+	}
+	closeListeners := func() {
+		lis.Close()
+		if local != nil {
+			local.Close()
+		}
+	}
+
 	if *metricsAddr != "" {
 		stop, err := serveMetrics(*metricsAddr, srv, log)
 		if err != nil {
 			log.Error("cannot serve metrics", "addr", *metricsAddr, "err", err)
-			lis.Close()
+			closeListeners()
 			srv.Close()
 			return 1
 		}
@@ -162,7 +183,7 @@ func runServe(args []string) int {
 		stop, err := servePprof(*pprofAddr, log)
 		if err != nil {
 			log.Error("cannot serve pprof", "addr", *pprofAddr, "err", err)
-			lis.Close()
+			closeListeners()
 			srv.Close()
 			return 1
 		}
@@ -192,8 +213,11 @@ func runServe(args []string) int {
 		}
 	}()
 
-	served := make(chan error, 1)
+	served := make(chan error, 2)
 	go func() { served <- srv.Serve(lis) }()
+	if local != nil {
+		go func() { served <- srv.ServeLocal(local) }()
+	}
 	select {
 	case err := <-served:
 		log.Error("server stopped", "err", err)
@@ -214,9 +238,11 @@ func runServe(args []string) int {
 	if err := srv.Shutdown(ctx); err != nil {
 		log.Warn("drain cut short; open streams were cancelled", "err", err)
 	}
-	if err := <-served; err != nil && !errors.Is(err, server.ErrServerClosed) {
-		log.Error("serve", "err", err)
-		return 1
+	for range 1 + btoi(local != nil) {
+		if err := <-served; err != nil && !errors.Is(err, server.ErrServerClosed) {
+			log.Error("serve", "err", err)
+			return 1
+		}
 	}
 	log.Info("stopped")
 	return 0
@@ -235,4 +261,25 @@ func newLogger(format, level string) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
 	}
 	return nil, fmt.Errorf("--log-format: want text or json, got %q", format)
+}
+
+// listenLocal opens the local listener, a unix socket that only its owner
+// and group may connect to: its clients skip TLS and tokens.
+func listenLocal(addr string) (net.Listener, error) {
+	l, err := server.Listen(addr)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(l.Addr().String(), 0o660); err != nil {
+		l.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -60,6 +60,35 @@ def test_tls_and_token(secure_server):
 
 
 @pytest.mark.reverie_only
+def test_local_socket_skips_tls_and_token(own_reverie, tmp_path):
+  """`--local-listen` serves the same tables on a unix socket to clients
+  with neither TLS nor a token, as dm-reverb's client is (it runs on the
+  same gRPC core as grpcio); TCP still asks for both."""
+  tokens = tmp_path / 'tokens'
+  tokens.write_text('alpha\n')
+  sock = tmp_path / 'local.sock'
+  srv = own_reverie(args=[
+      '--tls-cert', os.path.join(CERTS, 'server.pem'),
+      '--tls-key', os.path.join(CERTS, 'server.key'),
+      '--auth-token-file', str(tokens),
+      '--local-listen', f'unix://{sock}'])
+  with reverie.Client(f'unix://{sock}') as c:
+    c.insert(np.float32(5), {'queue': 1.0}, timeout=10)
+    w = c.trajectory_writer(num_keep_alive_refs=1)
+    w.append({'x': np.float32(6)})
+    w.create_item('queue', 1.0, {'x': w.history['x'][-1:]})
+    w.flush(timeout_ms=10_000)
+    w.close()
+  with reverie.Client(srv.address, tls=_read('ca.pem'), token='alpha') as c:
+    got = [float(steps[0].data[0])
+           for steps in c.sample('queue', 2, timeout=10)]
+    assert got == [5.0, 6.0]
+  with reverie.Client(srv.address, tls=_read('ca.pem')) as c:
+    with pytest.raises(reverie.UnauthenticatedError, match='missing'):
+      c.server_info(timeout=10)
+
+
+@pytest.mark.reverie_only
 def test_mutual_tls(own_reverie):
   srv = own_reverie(args=[
       '--tls-cert', os.path.join(CERTS, 'server.pem'),
