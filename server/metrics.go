@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/reverie-rl/reverie/internal/table"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -89,6 +90,8 @@ var (
 	descTableResets       = prometheus.NewDesc("reverie_table_resets_total", "Resets of the table.", tableLabel, nil)
 	descTablePendingIns   = prometheus.NewDesc("reverie_table_blocked_inserts", "Inserts waiting on the table's rate limiter.", tableLabel, nil)
 	descTablePendingSmp   = prometheus.NewDesc("reverie_table_blocked_samples", "Samples waiting on the table's rate limiter.", tableLabel, nil)
+	descTableInsertWait   = prometheus.NewDesc("reverie_table_insert_wait_seconds", "How long inserts that found the table's rate limiter closed waited, until admitted or until they gave up; inserts admitted at once are not counted.", tableLabel, nil)
+	descTableSampleWait   = prometheus.NewDesc("reverie_table_sample_wait_seconds", "How long samples that found the table's rate limiter closed waited, until served or until they gave up (deadline, rate_limiter_timeout_ms); samples served at once are not counted.", tableLabel, nil)
 	descChunks            = prometheus.NewDesc("reverie_chunks", "Chunks held, across tables.", nil, nil)
 	descChunkBytes        = prometheus.NewDesc("reverie_chunk_bytes", "Encoded size of the chunks held, bytes.", nil, nil)
 	descCheckpoints       = prometheus.NewDesc("reverie_checkpoints_total", "Checkpoints written (result=ok) or failed (result=error).", []string{"result"}, nil)
@@ -102,8 +105,9 @@ var (
 type collector struct{ s *Server }
 
 // Collector returns a Prometheus collector of the server's metrics: per
-// table, items held, inserts, samples, updates, deletes and callers
-// blocked on the rate limiter; the chunk store's size; checkpoints; and
+// table, items held, inserts, samples, updates, deletes, callers blocked
+// on the rate limiter and how long they waited; the chunk store's size;
+// checkpoints; and
 // calls by method and status code. Register it with a registry of the
 // program's (`reverie serve --metrics ADDR` serves one on /metrics).
 func (s *Server) Collector() prometheus.Collector { return collector{s} }
@@ -111,7 +115,7 @@ func (s *Server) Collector() prometheus.Collector { return collector{s} }
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descTableItems, descTableMaxItems, descTableEpisodes, descTableInserts,
 		descTableSamples, descTableUpdates, descTableDeletes, descTableResets, descTablePendingIns,
-		descTablePendingSmp, descChunks, descChunkBytes, descCheckpoints, descCheckpointSeconds,
+		descTablePendingSmp, descTableInsertWait, descTableSampleWait, descChunks, descChunkBytes, descCheckpoints, descCheckpointSeconds,
 		descCheckpointTime, descRPCStarted, descRPCHandled} {
 		ch <- d
 	}
@@ -138,6 +142,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descTableResets, float64(st.Resets), name)
 		gauge(descTablePendingIns, float64(info.PendingInserts), name)
 		gauge(descTablePendingSmp, float64(info.PendingSamples), name)
+		ins, smp := t.Waits()
+		ch <- waitHistogram(descTableInsertWait, ins, name)
+		ch <- waitHistogram(descTableSampleWait, smp, name)
 	}
 	gauge(descChunks, float64(s.chunks.Len()))
 	gauge(descChunkBytes, float64(s.chunks.Bytes()))
@@ -158,4 +165,15 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		return true
 	})
+}
+
+// waitHistogram is w as a Prometheus histogram.
+func waitHistogram(d *prometheus.Desc, w table.WaitStats, labels ...string) prometheus.Metric {
+	buckets := make(map[float64]uint64, len(table.WaitBuckets))
+	var cum uint64
+	for i, le := range table.WaitBuckets {
+		cum += uint64(w.Counts[i])
+		buckets[le] = cum
+	}
+	return prometheus.MustNewConstHistogram(d, uint64(w.Count()), w.Sum.Seconds(), buckets, labels...)
 }

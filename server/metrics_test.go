@@ -8,10 +8,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/reverie-rl/reverie/api/reverbpb"
 	"github.com/reverie-rl/reverie/server"
 	"github.com/reverie-rl/reverie/server/servertest"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // gather returns the collector's samples as "name{label=value,...}" ->
@@ -110,5 +112,46 @@ func TestMetrics(t *testing.T) {
 	}
 	if v := got["reverie_chunk_bytes{}"]; !(v > 0) {
 		t.Errorf("chunk bytes %v, want > 0", v)
+	}
+}
+
+// A sample that waits on the rate limiter and gives up shows in the
+// table's sample wait histogram; nothing waited to insert.
+func TestMetricsWaits(t *testing.T) {
+	s := servertest.Start(t, testConfig(uniformTable("t", 5, server.MinSize(1))))
+	ctx := ctxT(t)
+	c := reverbpb.NewReverbServiceClient(servertest.Dial(t, s.Addr))
+	if _, err := sampleN(ctx, c, "t", 1, 30); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("sample of an empty table with a 30 ms timeout: %v", err)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(s.Collector())
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hists := map[string]*dto.Histogram{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			if h := m.GetHistogram(); h != nil {
+				hists[mf.GetName()] = h
+			}
+		}
+	}
+	smp, ins := hists["reverie_table_sample_wait_seconds"], hists["reverie_table_insert_wait_seconds"]
+	if smp == nil || ins == nil {
+		t.Fatalf("wait histograms missing: %v", hists)
+	}
+	if smp.GetSampleCount() != 1 || smp.GetSampleSum() < 0.03 || ins.GetSampleCount() != 0 {
+		t.Fatalf("sample waits %v, insert waits %v; want one sample wait of at least 30 ms", smp, ins)
+	}
+	// Cumulative buckets: nothing at or under 10 ms, everything by 60 s.
+	for _, b := range smp.GetBucket() {
+		if want := uint64(0); b.GetUpperBound() <= 0.01 && b.GetCumulativeCount() != want {
+			t.Errorf("bucket le=%v holds %d", b.GetUpperBound(), b.GetCumulativeCount())
+		}
+		if b.GetUpperBound() == 60 && b.GetCumulativeCount() != 1 {
+			t.Errorf("bucket le=60 holds %d, want 1", b.GetCumulativeCount())
+		}
 	}
 }

@@ -119,6 +119,9 @@ type Table struct {
 		pinned        []*chunkstore.Chunk
 	}
 
+	// How long callers waited on the rate limiter (waits.go).
+	insertWaits, sampleWaits waitHistogram
+
 	// hooks lets tests of this package observe snapshots at exact points.
 	hooks struct {
 		onSnapshot func()         // under the lock, as a snapshot is installed
@@ -264,6 +267,7 @@ func (t *Table) Insert(ctx context.Context, item Item) error {
 	w := &insertWaiter{item: item, done: make(chan struct{})}
 	t.mu.inserts.push(w)
 	t.mu.Unlock()
+	defer t.insertWaits.since(time.Now())
 
 	select {
 	case <-w.done:
@@ -308,6 +312,7 @@ func (t *Table) Sample(ctx context.Context, n int, timeout time.Duration) ([]Sam
 	w := &sampleWaiter{want: n, done: make(chan struct{})}
 	t.mu.samples.push(w)
 	t.mu.Unlock()
+	defer t.sampleWaits.since(time.Now())
 
 	var expired <-chan time.Time
 	if timeout > 0 {
