@@ -61,6 +61,8 @@ GROUPS = [
      ['TestConformanceWriterDTypesAcrossChunks']),
     ('Errors: unknown table, sample timeout ending a dataset',
      ['test_error_'], ['TestConformanceUnknownTable']),
+    ('Local unix socket of a server with TLS and tokens on TCP (departure '
+     '30; reverie only)', ['test_local_socket_'], []),
 ]
 OTHER = 'other'
 

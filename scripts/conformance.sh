@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Conformance with Reverb, both ways: four legs, one matrix.
+# Conformance with Reverb, both ways: five legs, one matrix.
 #
 #   scripts/conformance.sh          (or: make conformance)
 #
@@ -13,6 +13,9 @@
 #   (d) reverie's Go client × Reverb's server started by
 #       conformance/reverb_launcher.py with conformance/configs/go_client.yaml
 #       (the same tests with REVERIE_CONFORMANCE_ADDR/_SERVER set)
+#   (e) dm-reverb client × reverie's local socket, on a server with TLS and
+#       tokens on TCP (pytest conformance/local_socket; reverie only, as
+#       Reverb has no such socket, so legs (a) and (b) leave it out)
 #
 # Sets up .venv-reverb with scripts/reverb-env.sh (dm-reverb 0.14.0 and its
 # TensorFlow from PyPI: about a minute and 1.7 GB the first time), builds
@@ -131,7 +134,9 @@ timeout 600 go test -c -o "$testbin" ./client || echo "conformance: go test -c .
 "$testbin" -test.list '^TestConformance' >"$out/go.list" 2>/dev/null || true
 if [[ -n $py ]]; then
   (timeout 300 "$py" -m pytest conformance --collect-only -q -p no:cacheprovider \
-    >"$out/pytest.list" 2>&1) || true
+    --ignore=conformance/local_socket >"$out/pytest.list" 2>&1) || true
+  (timeout 300 "$py" -m pytest conformance/local_socket --collect-only -q \
+    -p no:cacheprovider >"$out/pytest-e.list" 2>&1) || true
 fi
 echo "conformance: built ($(now)s)"
 
@@ -161,15 +166,19 @@ leg() {  # leg ID TITLE CMD...: runs CMD, output to $out/ID.log
   echo "conformance: leg ($id) exit code ${rc[$id]} in $(($(date +%s) - start))s (log: $out/$id.log)"
 }
 pytest_cmd=(timeout -k 10 600 "$py" -m pytest conformance -v -p no:cacheprovider
-  -W ignore::DeprecationWarning)
+  -W ignore::DeprecationWarning --ignore=conformance/local_socket)
+local_cmd=(timeout -k 10 300 "$py" -m pytest conformance/local_socket -v
+  -p no:cacheprovider -W ignore::DeprecationWarning)
 no_env() { echo "no dm-reverb environment (scripts/reverb-env.sh failed)"; return 1; }
 
 if [[ -n $py ]]; then
   leg a "dm-reverb client x reverie server" "${pytest_cmd[@]}" --server=reverie
   leg b "dm-reverb client x Reverb server" in_netns "${pytest_cmd[@]}" --server=reverb
+  leg e "dm-reverb client x reverie's local socket" "${local_cmd[@]}"
 else
   leg a "dm-reverb client x reverie server" no_env
   leg b "dm-reverb client x Reverb server" no_env
+  leg e "dm-reverb client x reverie's local socket" no_env
 fi
 if [[ -x $testbin && -x $REVERIE_BIN ]]; then
   leg c "reverie Go client x reverie serve" bash "$0" __go_vs_reverie "$testbin"
@@ -189,4 +198,5 @@ python3 conformance/matrix.py --out "$out/matrix.md" \
   --leg "b|dm-reverb client|Reverb server|pytest|$out/pytest.list|$out/b.log|${rc[b]}" \
   --leg "a|dm-reverb client|reverie server|pytest|$out/pytest.list|$out/a.log|${rc[a]}" \
   --leg "d|reverie Go client|Reverb server|go|$out/go.list|$out/d.log|${rc[d]}" \
-  --leg "c|reverie Go client|reverie server|go|$out/go.list|$out/c.log|${rc[c]}"
+  --leg "c|reverie Go client|reverie server|go|$out/go.list|$out/c.log|${rc[c]}" \
+  --leg "e|dm-reverb client|reverie's local socket, TLS and tokens on TCP|pytest|$out/pytest-e.list|$out/e.log|${rc[e]}"
