@@ -21,7 +21,11 @@ background load on the shared machine hits both alike. The clients:
 
 and bench/echo, the bare-gRPC ceiling, is run in the same rotation, twice:
 bare (server 'echo'), and holding as many payloads as a full section-5
-table in memory (server 'echo-table', `echo serve --rings`). Around
+table in memory (server 'echo-table', `echo serve --rings`); and at 40 kB
+with 8 clients a third time, holding a table and answering from an
+HTTP/2 server of its own instead of gRPC-Go's (server 'echo-h2-table',
+`echo serve --rings ... --h2 --handoff`: what a transport of reverie's
+own could reach; docs/transport-plan.md). Around
 each run the server's CPU seconds (utime+stime from /proc/PID/stat) and
 peak RSS (VmHWM from /proc/PID/status, reset before the run through
 clear_refs) are read, and the CPU the rest of the machine used (from
@@ -83,6 +87,8 @@ PROFILES = {
         prio_sec=3.0,
         echo_payloads=[400, 4000, 40000, 400000],
         echo_table_payloads=[400, 40000],
+        echo_h2_payloads=[40000],
+        echo_h2_clients=[8],
         one_server=False,
     ),
     # Development: about 100 seconds (the issue's bound: 2 minutes).
@@ -108,6 +114,8 @@ PROFILES = {
         prio_sec=1.5,
         echo_payloads=[400, 40000],
         echo_table_payloads=[40000],
+        echo_h2_payloads=[40000],
+        echo_h2_clients=[8],
         one_server=True,
     ),
 }
@@ -209,16 +217,19 @@ class EchoServer:
   bare-gRPC ceiling), or with payloads given holding as many of each size
   as a full section-5 table of them (kind 'echo-table')."""
 
-  def __init__(self, logdir, payloads=()):
+  def __init__(self, logdir, payloads=(), h2=False):
     self.logdir = logdir
     self.payloads = list(payloads)
-    self.kind = 'echo-table' if self.payloads else 'echo'
+    self.h2 = h2
+    self.kind = 'echo-h2-table' if h2 else 'echo-table' if self.payloads else 'echo'
 
   def __enter__(self):
     logf = open(os.path.join(self.logdir, f'{self.kind}.log'), 'w')
     cmd = [os.path.join(TOOLS, 'echo'), 'serve', '--listen', '127.0.0.1:0']
     if self.payloads:
       cmd += ['--rings', ','.join(f'{pl}:{max_size(pl)}' for pl in self.payloads)]
+    if self.h2:
+      cmd += ['--h2', '--handoff']
     self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=logf, text=True)
     self.port = int(self.proc.stdout.readline().strip().split('=')[1])
     self.pid = self.proc.pid
@@ -377,7 +388,7 @@ class Bench:
 
   def section5(self, servers, payload):
     """Reverb paper section 5: insert-only and sample-only sweeps."""
-    echo, echo_table = self.echo, self.echo_table
+    echo, echo_table, echo_h2 = self.echo, self.echo_table, self.echo_h2
     p = self.p
     table = f's5_{payload}'
     sat = {}
@@ -393,9 +404,12 @@ class Bench:
       if echo_table and payload in p['echo_table_payloads']:
         targets.append(echo_table)
       for n in p['clients']:
+        here = list(targets)
+        if echo_h2 and payload in p['echo_h2_payloads'] and n in p['echo_h2_clients']:
+          here.append(echo_h2)
         for rep in range(p['reps']):
-          for srv in self.order(targets):
-            if srv in (echo, echo_table):
+          for srv in self.order(here):
+            if srv in (echo, echo_table, echo_h2):
               self.echo_load(srv, payload, mode, n, p['go_sec'], rep=rep)
               continue
             rec = self.go_bench(srv, 'section5', table, mode, payload, n, sec=p['go_sec'], rep=rep)
@@ -516,7 +530,7 @@ class Bench:
         groups.append(('queue', [queue_table(p)], [self.queue]))
       if 'prioritized' in only:
         groups.append(('prioritized', [prio_table(p)], [self.prioritized]))
-    self.echo = self.echo_table = None
+    self.echo = self.echo_table = self.echo_h2 = None
     with contextlib.ExitStack() as stack:
       if 'echo' in only:
         self.echo = stack.enter_context(EchoServer(self.logdir))
@@ -524,6 +538,10 @@ class Bench:
         if 'section5' in only and p['echo_table_payloads']:
           self.echo_table = stack.enter_context(EchoServer(self.logdir, p['echo_table_payloads']))
           self.servers['echo-table'] = [{'kind': 'echo-table', 'payloads': p['echo_table_payloads']}]
+        if 'section5' in only and p['echo_h2_payloads']:
+          self.echo_h2 = stack.enter_context(EchoServer(self.logdir, p['echo_h2_payloads'], h2=True))
+          self.servers['echo-h2-table'] = [{'kind': 'echo-h2-table', 'payloads': p['echo_h2_payloads'],
+                                            'flags': '--h2 --handoff'}]
       for name, tables, steps in groups:
         cfg = self.config(name, tables)
         log(f'== {name}')

@@ -11,7 +11,8 @@ import os
 import sys
 
 SERVERS = ('reverie', 'reverb')
-NAMES = {'reverie': 'reverie', 'reverb': 'Reverb', 'echo': 'echo', 'echo-table': 'echo holding a table'}
+NAMES = {'reverie': 'reverie', 'reverb': 'Reverb', 'echo': 'echo', 'echo-table': 'echo holding a table',
+         'echo-h2-table': 'own-HTTP/2 echo holding a table'}
 CLIENT_NAMES = {'go': '`reverie bench` (Go client)',
                 'py': 'dm-reverb Python client (bench/reverb_client_driver.py)',
                 'py-procs': 'dm-reverb Python client, one process per client (bench/reverb_client_driver.py --procs)'}
@@ -261,11 +262,12 @@ def echo_table(echo, s5):
   return out
 
 
-def echo_floor_table(echo, s5):
-  """The echo holding a table's worth of payloads (server 'echo-table')
-  against both servers, by server CPU per item: the least a gRPC-Go
-  server that stores and serves that much memory spends."""
-  runs = [r for r in echo['runs'] if r['server'] == 'echo-table']
+def echo_floor_table(echo, s5, kind='echo-table'):
+  """The echo holding a table's worth of payloads (server 'echo-table',
+  or 'echo-h2-table' on its own HTTP/2 server) against both servers, by
+  server CPU per item: the least a server on that transport that stores
+  and serves that much memory spends."""
+  runs = [r for r in echo['runs'] if r['server'] == kind]
   if not runs:
     return []
   s5runs = [r for r in (s5 or {}).get('runs', []) if r['client'] == 'go']
@@ -280,6 +282,11 @@ def echo_floor_table(echo, s5):
              'cpu_sec_per_m_items')
     out.append(f"| {payload_name(r['payload_bytes'])} | {r['mode']} | {r['clients']} | {fnum(r[r['mode']]['items_per_sec'])} "
                f"| {fnum(e)} | {fnum(v)} | {fratio(ratio(v, e))} | {fnum(b)} | {fratio(ratio(b, e))} | {fratio(ratio(e, b))} |")
+  if kind == 'echo-h2-table':
+    return out + ['',
+                  'As above, but answering from an HTTP/2 server of the echo\'s own (bench/echo/h2.go) instead of',
+                  'gRPC-Go\'s, to the same gRPC-Go client, with each stream\'s messages answered on a goroutine of',
+                  'its own: the floor of a transport of reverie\'s own (docs/transport-plan.md).', '']
   out += ['',
           "The echo here holds as many payloads as the section-5 table of that size (`echo serve --rings`):",
           'it copies each inserted payload into the next slot of that memory, as a full table replaces its',
@@ -297,12 +304,12 @@ def targets(outdir):
   echo = load(outdir, 'echo')
   rows = []
 
-  def add(name, value, want, ok, bound='–', floor='–'):
+  def add(name, value, want, ok, bound='–', floor='–', h2floor='–'):
     rows.append(f'| {name} | {value} | {want} | {"**met**" if ok else "not met" if ok is not None else "–"} '
-                f'| {bound} | {floor} |')
+                f'| {bound} | {floor} | {h2floor} |')
 
   def echo_vs(payload, mode, field, reverb_value, kind='echo'):
-    """The gRPC-Go echo's figure (kind: bare 'echo' or 'echo-table') for
+    """The echo's figure (kind: bare 'echo', 'echo-table' or 'echo-h2-table') for
     the same payload, mode and 8 clients, against Reverb's: how far a
     server that cost what the echo costs would get."""
     e = echo and find(echo['runs'], server=kind, payload_bytes=payload, mode=mode, clients=8)
@@ -325,13 +332,15 @@ def targets(outdir):
               f"{fnum(v[mode]['items_per_sec'])} vs {fnum(b[mode]['items_per_sec'])}: {fratio(r)}",
               '≥ 2×', r >= 2,
               *((echo_vs(payload, mode, 'items', b[mode]['items_per_sec']),
-                 echo_vs(payload, mode, 'items', b[mode]['items_per_sec'], 'echo-table')) if client == 'go' else ()))
+                 echo_vs(payload, mode, 'items', b[mode]['items_per_sec'], 'echo-table'),
+                 echo_vs(payload, mode, 'items', b[mode]['items_per_sec'], 'echo-h2-table')) if client == 'go' else ()))
           c = ratio(stat(v, 'cpu_sec_per_m_items'), stat(b, 'cpu_sec_per_m_items'))
           add(f'server CPU s/M items, {mode} {payload_name(payload)}, 8 clients ({CLIENT_TAGS[client]})',
               f"{fnum(stat(v, 'cpu_sec_per_m_items'))} vs {fnum(stat(b, 'cpu_sec_per_m_items'))}: {fratio(c)}",
               '≤ 0.5×', None if c is None else c <= 0.5,
               *((echo_vs(payload, mode, 'cpu', stat(b, 'cpu_sec_per_m_items')),
-                 echo_vs(payload, mode, 'cpu', stat(b, 'cpu_sec_per_m_items'), 'echo-table')) if client == 'go' else ()))
+                 echo_vs(payload, mode, 'cpu', stat(b, 'cpu_sec_per_m_items'), 'echo-table'),
+                 echo_vs(payload, mode, 'cpu', stat(b, 'cpu_sec_per_m_items'), 'echo-h2-table')) if client == 'go' else ()))
     paced = [r for r in s5['runs'] if r['client'] == 'paced']
     for payload in sorted({r['payload_bytes'] for r in paced}):
       for basis, label in (('own', 'each at half its own saturation'),
@@ -374,16 +383,20 @@ def targets(outdir):
             f'{fnum(v)} vs {fnum(e)}: {100 * v / e:.0f}%', '≥ 70%', v >= 0.7 * e)
   if not rows:
     return []
-  return ['| target | reverie vs Reverb (or vs target) | want | | bare gRPC-Go echo vs Reverb | echo holding a table vs Reverb |',
-          '|---|---|---|---|---|---|'] + rows + [
+  return ['| target | reverie vs Reverb (or vs target) | want | | bare gRPC-Go echo vs Reverb | echo holding a table vs Reverb '
+          '| own-HTTP/2 echo holding a table vs Reverb |',
+          '|---|---|---|---|---|---|---|'] + rows + [
           '',
-          'The last two columns are bench/echo in the same run (Go client; same payload, mode and clients):',
-          'a gRPC-Go server with no table and no encoding that moves the same bytes, against Reverb. The',
+          'The last three columns are bench/echo in the same run (Go client; same payload, mode and clients):',
+          'a server with no table and no encoding that moves the same bytes, against Reverb. The',
           'bare echo shows what gRPC-Go\'s transport costs on this machine, not a strict bound: it',
           'acknowledges every insert and answers sample requests one at a time, where a replay server',
           'confirms items in batches and streams samples ahead of requests, so reverie can pass it (see',
           'the echo table). The echo holding a table keeps as many payloads in memory as the table, as a',
-          'replay server must, and moves them from and to that memory (see its table).',
+          'replay server must, and moves them from and to that memory (see its table). The own-HTTP/2',
+          'echo does the same from an HTTP/2 server of its own instead of gRPC-Go\'s, with a goroutine',
+          'per stream (`echo serve --h2 --handoff`, 40 kB and 8 clients only): the floor of a transport of',
+          'reverie\'s own that still speaks gRPC (docs/transport-plan.md).',
           '']
 
 
@@ -495,6 +508,10 @@ def render(outdir):
     f = echo_floor_table(e, s5)
     if f:
       out.append('### gRPC streaming echo holding a table (bench/echo --rings)\n')
+      out.extend(f)
+    f = echo_floor_table(e, s5, 'echo-h2-table')
+    if f:
+      out.append('### The same echo on an HTTP/2 server of its own (bench/echo --rings --h2 --handoff)\n')
       out.extend(f)
   return '\n'.join(out) + '\n'
 
