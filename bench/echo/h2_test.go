@@ -57,6 +57,10 @@ func bothModes(t *testing.T, f func(t *testing.T, handoff bool)) {
 }
 
 // dialEcho is a gRPC-Go client connection to addr, as `echo load` makes.
+// A test still using it after h2TestDeadline fails, and the connection
+// is closed, which ends its calls: a server that stops granting flow
+// control would otherwise leave an insert stream's sends (which ignore
+// their context, as upClient's do) blocked until go test's own timeout.
 func dialEcho(t *testing.T, addr string) *grpc.ClientConn {
 	t.Helper()
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -65,9 +69,20 @@ func dialEcho(t *testing.T, addr string) *grpc.ClientConn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cc.Close() })
+	watchdog := time.AfterFunc(h2TestDeadline, func() {
+		t.Errorf("still running after %v: closing the client connection", h2TestDeadline)
+		cc.Close()
+	})
+	t.Cleanup(func() {
+		watchdog.Stop()
+		cc.Close()
+	})
 	return cc
 }
+
+// h2TestDeadline bounds each HTTP/2 echo test; they take well under a
+// second each.
+const h2TestDeadline = 30 * time.Second
 
 // Every payload sent to the HTTP/2 echo lands in the ring and is
 // acknowledged, though the server acknowledges only every 7, with
