@@ -659,8 +659,8 @@ func (h *h2Conn) message(s *h2Stream) string {
 		}
 	}
 	size, n := int(v>>16), int(v&0xffff)
-	if size == 0 || n == 0 || size > rawMaxResponse/n {
-		return fmt.Sprintf("request of %d payloads of %d bytes", n, size)
+	if msg := badRequest(size, n); msg != "" {
+		return msg
 	}
 	h.post(s, h2Event{kind: evRequest, v: v})
 	return ""
@@ -722,17 +722,7 @@ func (h *h2Conn) run(s *h2Stream, e h2Event) {
 
 // respond queues a response of n payloads of size bytes.
 func (h *h2Conn) respond(s *h2Stream, size, n int) {
-	s.parts = s.parts[:0]
-	if r := h.rs[size]; r != nil {
-		for range n {
-			s.parts = r.pickParts(s.parts)
-		}
-	} else {
-		p := rawPayload(size)
-		for range n {
-			s.parts = append(s.parts, p)
-		}
-	}
+	s.parts = h.rs.responseParts(s.parts[:0], size, n)
 	total := size * n
 	head := protowire.AppendTag(make([]byte, 5, 16), 1, protowire.BytesType)
 	head = protowire.AppendVarint(head, uint64(total))

@@ -127,25 +127,41 @@ func rawDown(c net.Conn, br *bufio.Reader, rs rings) error {
 		}
 		size := int(binary.LittleEndian.Uint32(req[:4]))
 		n := int(binary.LittleEndian.Uint32(req[4:]))
-		if size == 0 || n == 0 || size > rawMaxResponse/n {
-			return fmt.Errorf("request of %d payloads of %d bytes", n, size)
+		if msg := badRequest(size, n); msg != "" {
+			return errors.New(msg)
 		}
-		parts = parts[:0]
-		if r := rs[size]; r != nil {
-			for range n {
-				parts = r.pickParts(parts)
-			}
-		} else {
-			p := rawPayload(size)
-			for range n {
-				parts = append(parts, p)
-			}
-		}
+		parts = rs.responseParts(parts[:0], size, n)
 		bufs := net.Buffers(parts) // WriteTo consumes bufs, not parts' array
 		if _, err := bufs.WriteTo(c); err != nil {
 			return err
 		}
 	}
+}
+
+// badRequest says what is wrong with a request for n payloads of size
+// bytes, or returns "": raw and HTTP/2 echoes bound their responses.
+func badRequest(size, n int) string {
+	if size == 0 || n == 0 || size > rawMaxResponse/n {
+		return fmt.Sprintf("request of %d payloads of %d bytes", n, size)
+	}
+	return ""
+}
+
+// responseParts appends the parts of a response of n payloads of size
+// bytes: slots picked from the ring of that size or, with none, one
+// cached random payload repeated.
+func (rs rings) responseParts(parts [][]byte, size, n int) [][]byte {
+	if r := rs[size]; r != nil {
+		for range n {
+			parts = r.pickParts(parts)
+		}
+		return parts
+	}
+	p := rawPayload(size)
+	for range n {
+		parts = append(parts, p)
+	}
+	return parts
 }
 
 var rawPayloads sync.Map // size -> []byte
