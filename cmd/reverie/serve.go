@@ -213,9 +213,10 @@ func runServe(args []string) int {
 		}
 	}()
 
-	served := make(chan error, 2)
+	served, serving := make(chan error, 2), 1
 	go func() { served <- srv.Serve(lis) }()
 	if local != nil {
+		serving++
 		go func() { served <- srv.ServeLocal(local) }()
 	}
 	select {
@@ -238,7 +239,7 @@ func runServe(args []string) int {
 	if err := srv.Shutdown(ctx); err != nil {
 		log.Warn("drain cut short; open streams were cancelled", "err", err)
 	}
-	for range 1 + btoi(local != nil) {
+	for range serving {
 		if err := <-served; err != nil && !errors.Is(err, server.ErrServerClosed) {
 			log.Error("serve", "err", err)
 			return 1
@@ -275,11 +276,4 @@ func listenLocal(addr string) (net.Listener, error) {
 		return nil, err
 	}
 	return l, nil
-}
-
-func btoi(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
