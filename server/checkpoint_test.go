@@ -485,7 +485,7 @@ func TestRestoreConfigWins(t *testing.T) {
 		MaxTimesSampled: 6, // more than the 5 samples taken
 		RateLimiter:     server.SampleToInsertRatio(2, 1, 100),
 	}
-	var logs bytes.Buffer
+	var logs lockedBuffer
 	cfg := server.Config{
 		Tables:      append(ckptTables()[1:], changed),
 		RestorePath: path,
@@ -530,7 +530,7 @@ func TestRestoreCannotDeadlockRateLimiter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs bytes.Buffer
+	var logs lockedBuffer
 	s := servertest.Start(t, server.Config{
 		Tables:      []server.TableConfig{server.QueueTable("queue", 10)},
 		RestorePath: path,
@@ -588,4 +588,22 @@ func TestCheckpointCollectsAfter(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// lockedBuffer is a log sink a test may read while the server still logs.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"os"
 	"time"
 
 	"github.com/reverie-rl/reverie/api/tensorflowpb"
@@ -36,6 +37,11 @@ type Config struct {
 	// binary serves beside Listen, for clients on the same machine: its
 	// calls skip TLS and tokens (Server.ServeLocal; docs/config.md).
 	LocalListen string
+	// Transport is the HTTP/2 implementation that serves gRPC: TransportGRPC
+	// (gRPC-Go's, the default; "" means it) or TransportOwn (reverie's own,
+	// package h2grpc; experimental). Both serve the same service to the same
+	// clients; docs/transport-plan.md says why the second exists.
+	Transport string
 	// Tables served. At least one; names are unique and non-empty.
 	Tables []TableConfig
 	// Selectors maps names to factories for selectors with Kind
@@ -233,6 +239,12 @@ func (c *Config) Validate() error {
 	}
 	if c.LocalListen != "" && c.LocalListen == c.Listen {
 		return fmt.Errorf("%w: local_listen: %q is listen too; give the local clients a socket of their own", ErrInvalidConfig, c.LocalListen)
+	}
+	if reason := checkTransport(c.Transport); reason != "" {
+		return fmt.Errorf("%w: transport: %s", ErrInvalidConfig, reason)
+	}
+	if reason := checkTransport(os.Getenv(TransportEnv)); reason != "" && c.Transport == "" {
+		return fmt.Errorf("%w: %s (environment): %s", ErrInvalidConfig, TransportEnv, reason)
 	}
 	if err := c.TLS.validate(); err != nil {
 		return err

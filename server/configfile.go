@@ -522,6 +522,7 @@ type yamlFile struct {
 	Port          yaml.Node `yaml:"port"`
 	Listen        yaml.Node `yaml:"listen"`
 	LocalListen   yaml.Node `yaml:"local_listen"`
+	Transport     yaml.Node `yaml:"transport"`
 	CheckpointDir yaml.Node `yaml:"checkpoint_dir"`
 	// Bytes per second; see Config.CheckpointWriteRate.
 	CheckpointWriteRate yaml.Node   `yaml:"checkpoint_write_rate"`
@@ -540,7 +541,7 @@ type yamlFile struct {
 	Auth yaml.Node `yaml:"auth"`
 }
 
-const yamlTopKeys = "port, listen, local_listen, checkpoint_dir, checkpoint_write_rate, tables, wal, remote_snapshots, storage, tls, auth"
+const yamlTopKeys = "port, listen, local_listen, transport, checkpoint_dir, checkpoint_write_rate, tables, wal, remote_snapshots, storage, tls, auth"
 
 // yamlTable is one entry of tables.
 type yamlTable struct {
@@ -605,6 +606,16 @@ func (p *cfgParser) parseYAML(data []byte, cfg *Config) error {
 			return p.yerrf("local_listen", &f.LocalListen, "%s", reason)
 		}
 		cfg.LocalListen = local
+	}
+	if !yamlAbsent(&f.Transport) {
+		tr, err := p.ystring(&f.Transport, "transport")
+		if err != nil {
+			return err
+		}
+		if reason := checkTransport(tr); reason != "" {
+			return p.yerrf("transport", &f.Transport, "%s", reason)
+		}
+		cfg.Transport = tr
 	}
 	if !yamlAbsent(&f.CheckpointDir) {
 		dir, err := p.ystring(&f.CheckpointDir, "checkpoint_dir")

@@ -482,7 +482,7 @@ func TestLoadConfigFileBad(t *testing.T) {
 		{"yaml wal bad fsync", "a.yaml", goodYAML + "wal: {fsync: sometimes}\n", []string{`wal.fsync: want always, interval or never, got "sometimes" (line 3)`}},
 		{"yaml wal bad interval", "a.yaml", goodYAML + "wal: {fsync: interval, interval: 10}\n", []string{`wal.interval: must be a positive duration such as 100ms, got "10" (line 3)`}},
 		{"yaml wal unknown key", "a.yaml", goodYAML + "wal: {fsync: always, sync: x}\n", []string{`wal.sync: unknown key "sync"; want one of fsync, interval, dir, checkpoint_after_bytes (line 3)`}},
-		{"yaml unknown top key", "a.yaml", goodYAML + "prot: 1\n", []string{`prot: unknown key "prot"; want one of port, listen, local_listen, checkpoint_dir, checkpoint_write_rate, tables, wal, remote_snapshots, storage, tls, auth (line 3)`}},
+		{"yaml unknown top key", "a.yaml", goodYAML + "prot: 1\n", []string{`prot: unknown key "prot"; want one of port, listen, local_listen, transport, checkpoint_dir, checkpoint_write_rate, tables, wal, remote_snapshots, storage, tls, auth (line 3)`}},
 		{"yaml unknown table key", "a.yaml", y(okY + "    rate_limter: {min_size: 1}\n"), []string{`tables[1].rate_limter: unknown key "rate_limter"; want one of name, sampler`, "(line 7)"}},
 		{"yaml duplicate key", "a.yaml", y(okY + "    max_size: 11\n    rate_limiter: {min_size: 1}\n"), []string{`tables[1].max_size: duplicate key (first at line 6) (line 7)`}},
 		{"yaml tables mapping", "a.yaml", "tables:\n  a: 1\n", []string{"tables: must be a list of tables, got a mapping (line 2)"}},
@@ -641,7 +641,7 @@ func TestLoadConfigFileErrorFormat(t *testing.T) {
 		t.Fatal("no error")
 	}
 	for _, w := range []string{
-		"config " + path + `: prot: unknown key "prot"; want one of port, listen, local_listen, checkpoint_dir, checkpoint_write_rate, tables, wal, remote_snapshots, storage, tls, auth (line 1)`,
+		"config " + path + `: prot: unknown key "prot"; want one of port, listen, local_listen, transport, checkpoint_dir, checkpoint_write_rate, tables, wal, remote_snapshots, storage, tls, auth (line 1)`,
 		"config " + path + `: tables[0].size: unknown key "size"; want one of name, sampler, remover, max_size, max_times_sampled, rate_limiter, queue, stack, signature (line 3)`,
 	} {
 		if !strings.Contains(err.Error(), w) {

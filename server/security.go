@@ -194,16 +194,24 @@ type security struct {
 	auth *authenticator             // nil without tokens
 }
 
+// secured is what the transport needs of the security state: the
+// credentials for each connection's handshake, and the token check.
+type secured struct {
+	creds  credentials.TransportCredentials
+	unary  []grpc.UnaryServerInterceptor
+	stream []grpc.StreamServerInterceptor
+}
+
 // newSecurity reads cfg's certificates and tokens and returns the state
-// and the gRPC server options that use it.
-func newSecurity(cfg *Config) (*security, []grpc.ServerOption, error) {
+// and what the transport uses of it.
+func newSecurity(cfg *Config) (*security, secured, error) {
 	sec := &security{}
-	var opts []grpc.ServerOption
+	var out secured
 	var creds credentials.TransportCredentials
 	if cfg.TLS.Enabled() {
 		tc, err := cfg.TLS.load()
 		if err != nil {
-			return nil, nil, err
+			return nil, out, err
 		}
 		sec.tls.Store(tc)
 		// Each handshake takes the config current at the time, so that a
@@ -218,17 +226,18 @@ func newSecurity(cfg *Config) (*security, []grpc.ServerOption, error) {
 		creds = credentials.NewTLS(base)
 	}
 	// Connections from the local listener skip the handshake (local.go).
-	opts = append(opts, grpc.Creds(newLocalCreds(creds)))
+	out.creds = newLocalCreds(creds)
 	if cfg.Auth.Enabled() {
 		digests, err := cfg.Auth.tokenDigests()
 		if err != nil {
-			return nil, nil, err
+			return nil, out, err
 		}
 		sec.auth = &authenticator{}
 		sec.auth.digests.Store(&digests)
-		opts = append(opts, grpc.ChainUnaryInterceptor(sec.auth.unary), grpc.ChainStreamInterceptor(sec.auth.stream))
+		out.unary = append(out.unary, sec.auth.unary)
+		out.stream = append(out.stream, sec.auth.stream)
 	}
-	return sec, opts, nil
+	return sec, out, nil
 }
 
 // ReloadSecurity reads the certificate, key, client CA and token files

@@ -19,12 +19,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net"
 	"path/filepath"
 	"sort"
 	"sync"
-	"time"
 
 	"github.com/reverie-rl/reverie/api/reverbpb"
 	"github.com/reverie-rl/reverie/internal/chunkstore"
@@ -33,10 +31,8 @@ import (
 	"github.com/reverie-rl/reverie/internal/wal"
 	"github.com/reverie-rl/reverie/selector"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 )
 
@@ -53,7 +49,7 @@ type Server struct {
 	tables        map[string]*serverTable // fixed after New
 	names         []string                // sorted table names
 	stateID       *reverbpb.Uint128
-	grpc          *grpc.Server
+	grpc          rpcServer // gRPC-Go's server or reverie's own (transport.go)
 	health        *health.Server
 
 	closing   chan struct{} // closed when draining starts
@@ -124,7 +120,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	// Certificates and tokens are read first: a bad file fails New
 	// before anything is opened.
-	sec, secOpts, err := newSecurity(&cfg)
+	sec, secured, err := newSecurity(&cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -182,36 +178,9 @@ func New(cfg Config) (*Server, error) {
 
 	// Calls are counted first, so that those refused for want of a token
 	// are counted too.
-	secOpts = append([]grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(s.metrics.unary),
-		grpc.ChainStreamInterceptor(s.metrics.stream),
-	}, secOpts...)
-	s.grpc = grpc.NewServer(append(secOpts,
-		// Reverb lifts gRPC's message size limits: an insert request can
-		// carry tens of MiB and a sample response whole chunks of any size.
-		grpc.MaxRecvMsgSize(math.MaxInt32),
-		grpc.MaxSendMsgSize(math.MaxInt32),
-		// Fixed flow-control windows instead of gRPC-Go's estimate of
-		// each connection's bandwidth-delay product. Under that estimate
-		// the connections that moved most were given the largest
-		// windows, and a starved one kept 64 KiB, less than two 40 kB
-		// items per window update: with 8 writers on a busy server one
-		// writer got 10x the items of another, and p99 confirmation
-		// latency was 170-240 ms against 52-57 ms with these windows.
-		grpc.InitialWindowSize(StreamWindowBytes),
-		grpc.InitialConnWindowSize(ConnWindowBytes),
-		grpc.WriteBufferSize(writeBufferBytes),
-		// Chunks pass through as the bytes they arrived in (codec.go).
-		grpc.ForceServerCodecV2(newCodec(s.chunks)),
-		// Read buffers are not zeroed before gRPC reads into them.
-		experimental.BufferPool(transportPool),
-		// Idle writers and blocked samplers keep streams open for long;
-		// do not punish clients for keepalive pings.
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
-			MinTime:             5 * time.Second,
-			PermitWithoutStream: true,
-		}),
-	)...)
+	secured.unary = append([]grpc.UnaryServerInterceptor{s.metrics.unary}, secured.unary...)
+	secured.stream = append([]grpc.StreamServerInterceptor{s.metrics.stream}, secured.stream...)
+	s.grpc = s.newRPCServer(secured)
 	reverbpb.RegisterReverbServiceServer(s.grpc, s)
 	s.health = health.NewServer()
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)

@@ -1,0 +1,809 @@
+package h2grpc
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+)
+
+const (
+	// maxFrame is the largest frame the server accepts: HTTP/2's default,
+	// which it does not raise.
+	maxFrame = 16 << 10
+	// readBufferBytes is the connection's read buffer. A 16 KiB DATA
+	// frame is read from it into its message's buffer: one copy after the
+	// kernel's. A smaller buffer, so that frames bypass it, costs a read
+	// call per frame or two, which is more (bench/echo --read-buffer).
+	readBufferBytes = 32 << 10
+	// maxQueuedSend is how many bytes of a stream's messages may wait for
+	// the client's flow-control windows before SendMsg blocks.
+	maxQueuedSend = 1 << 20
+	// maxControlBytes bounds the frames the server queues in answer to a
+	// client's (PING and SETTINGS acknowledgements, resets) while the
+	// client does not read them: a flood of them ends the connection.
+	maxControlBytes = 1 << 20
+	// maxPiece is the largest buffer one message is read into; a longer
+	// message is read into several, allocated as its bytes arrive, so that
+	// a length prefix alone does not make the server allocate gigabytes.
+	maxPiece = 4 << 20
+	// drainLinger bounds how long a drained connection waits for its
+	// client to close it after the server has closed its side.
+	drainLinger = 5 * time.Second
+)
+
+var errClientGone = errors.New("h2grpc: client closed the connection")
+
+// connError is an HTTP/2 connection error: the server sends GOAWAY with
+// code and closes the connection.
+type connError struct {
+	code http2.ErrCode
+	msg  string
+}
+
+func (e connError) Error() string { return fmt.Sprintf("http2 %v: %s", e.code, e.msg) }
+
+// conn is one client connection. The reader (serve's goroutine) parses
+// frames and owns the fields above mu; everything under mu is shared with
+// the streams' handlers and the writer.
+type conn struct {
+	srv    *Server
+	opts   *Options
+	nc     net.Conn
+	peer   *peer.Peer
+	br     *bufio.Reader
+	ctx    context.Context // ends with the connection
+	cancel context.CancelFunc
+
+	// The reader's own state.
+	dec         *hpack.Decoder
+	block       []byte // a header block gathered from HEADERS and CONTINUATION
+	blockStream uint32
+	blockFlags  http2.Flags
+	inBlock     bool
+	frame       []byte // scratch for control frames' payloads
+	connRecv    int64  // connection window the client has left
+	connUnacked int64  // received on the connection and not yet returned
+
+	// running counts the handlers still running, for the stream limit.
+	running atomic.Int32
+
+	mu       sync.Mutex
+	streams  map[uint32]*stream
+	lastID   uint32 // the highest stream the client has opened
+	enc      *hpack.Encoder
+	encBuf   bytes.Buffer
+	connSend int64 // the client's connection window
+	initSend int64 // the client's initial stream window
+	peerMax  int   // the largest frame the client accepts
+	// Gathered writes: out holds slices of small (frames copied in) and
+	// of message buffers (referenced); mark is where small's uncut part
+	// starts. free holds buffers to free once what is gathered is written.
+	out        net.Buffers
+	small      []byte
+	mark       int
+	queued     int
+	control    int
+	free       []mem.Buffer
+	spareOut   net.Buffers
+	spareSmall []byte
+	spareFree  []mem.Buffer
+	wake       chan struct{}
+	writeErr   error
+	closed     bool // the reader has ended
+	stopWriter bool
+	draining   bool // GOAWAY sent: no new streams
+	closeIdle  bool // drained and idle: the writer closes the connection
+
+	handlers sync.WaitGroup
+	writer   sync.WaitGroup
+}
+
+func newConn(srv *Server, nc net.Conn, auth credentials.AuthInfo) *conn {
+	c := &conn{
+		srv:      srv,
+		opts:     &srv.opts,
+		nc:       nc,
+		peer:     &peer.Peer{Addr: nc.RemoteAddr(), LocalAddr: nc.LocalAddr(), AuthInfo: auth},
+		br:       bufio.NewReaderSize(nc, readBufferBytes),
+		connRecv: int64(srv.opts.ConnWindow),
+		streams:  map[uint32]*stream{},
+		connSend: 65535,
+		initSend: 65535,
+		peerMax:  maxFrame,
+		wake:     make(chan struct{}, 1),
+		small:    make([]byte, 0, 16<<10),
+	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.dec = hpack.NewDecoder(4096, nil)
+	c.dec.SetMaxStringLength(c.opts.MaxHeaderBlock)
+	c.enc = hpack.NewEncoder(&c.encBuf)
+	return c
+}
+
+// serve runs the connection until it ends, and returns why.
+func (c *conn) serve() error {
+	c.nc.SetWriteDeadline(time.Time{}) // the handshake's deadline still bounds the preface
+	c.mu.Lock()
+	c.frameHeader(18, http2.FrameSettings, 0, 0)
+	c.setting(http2.SettingMaxConcurrentStreams, c.opts.MaxConcurrentStreams)
+	c.setting(http2.SettingInitialWindowSize, c.opts.StreamWindow)
+	c.setting(http2.SettingMaxHeaderListSize, uint32(c.opts.MaxHeaderBlock))
+	if c.opts.ConnWindow > 65535 {
+		c.windowUpdate(0, int64(c.opts.ConnWindow)-65535)
+	}
+	c.kick()
+	c.mu.Unlock()
+	c.writer.Go(c.writeLoop)
+
+	var preface [len(http2.ClientPreface)]byte
+	_, err := io.ReadFull(c.br, preface[:])
+	switch {
+	case err != nil:
+	case string(preface[:]) != http2.ClientPreface:
+		err = errors.New("h2grpc: not an HTTP/2 client preface")
+	default:
+		c.nc.SetReadDeadline(time.Time{})
+		err = c.loop()
+	}
+	c.teardown(err)
+	return err
+}
+
+// teardown ends the streams, waits for their handlers, and closes the
+// connection once the writer has written what is queued.
+func (c *conn) teardown(err error) {
+	c.mu.Lock()
+	c.closed = true
+	gone := status.New(codes.Unavailable, "h2grpc: connection closed")
+	for _, s := range c.streams {
+		c.closeStream(s, gone)
+	}
+	var ce connError
+	flushFor := time.Duration(0)
+	if errors.As(err, &ce) {
+		c.goAway(c.lastID, ce.code, ce.msg)
+		flushFor = time.Second
+	}
+	c.mu.Unlock()
+	c.cancel()
+	c.handlers.Wait()
+	c.nc.SetWriteDeadline(time.Now().Add(flushFor))
+	c.mu.Lock()
+	c.stopWriter = true
+	c.kick()
+	c.mu.Unlock()
+	c.writer.Wait()
+	c.nc.Close()
+}
+
+// drain sends GOAWAY: the client's open streams run to their end, new ones
+// are refused, and the connection closes once none is left.
+func (c *conn) drain() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.draining || c.closed {
+		return
+	}
+	c.draining = true
+	c.goAway(c.lastID, http2.ErrCodeNo, "server shutting down")
+	if len(c.streams) == 0 {
+		c.closeIdle = true
+	}
+	c.kick()
+}
+
+func (c *conn) loop() error {
+	var fh [9]byte
+	for {
+		if _, err := io.ReadFull(c.br, fh[:]); err != nil {
+			if errors.Is(err, io.EOF) {
+				return errClientGone
+			}
+			return err
+		}
+		n := int(fh[0])<<16 | int(fh[1])<<8 | int(fh[2])
+		typ, flags := http2.FrameType(fh[3]), http2.Flags(fh[4])
+		id := binary.BigEndian.Uint32(fh[5:]) & 0x7fffffff
+		if n > maxFrame {
+			return connError{http2.ErrCodeFrameSize, fmt.Sprintf("%v frame of %d bytes, over %d", typ, n, maxFrame)}
+		}
+		if c.inBlock && typ != http2.FrameContinuation {
+			return connError{http2.ErrCodeProtocol, fmt.Sprintf("%v frame inside a header block", typ)}
+		}
+		var err error
+		switch typ {
+		case http2.FrameData:
+			err = c.onData(id, flags, n)
+		case http2.FrameHeaders, http2.FrameContinuation:
+			err = c.onHeaders(typ, id, flags, n)
+		case http2.FrameRSTStream:
+			err = c.onReset(id, n)
+		case http2.FrameSettings:
+			err = c.onSettings(id, flags, n)
+		case http2.FramePing:
+			err = c.onPing(id, flags, n)
+		case http2.FrameGoAway:
+			// The client opens no more streams and closes the connection
+			// when its own are done; read on until it does.
+			if id != 0 {
+				return connError{http2.ErrCodeProtocol, "GOAWAY on a stream"}
+			}
+			_, err = c.br.Discard(n)
+		case http2.FrameWindowUpdate:
+			err = c.onWindowUpdate(id, n)
+		case http2.FramePushPromise:
+			err = connError{http2.ErrCodeProtocol, "PUSH_PROMISE from a client"}
+		default: // PRIORITY and unknown frames are ignored
+			_, err = c.br.Discard(n)
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// readFrame reads a control frame's payload of n bytes, which must be
+// want bytes (or a multiple of -want, if negative).
+func (c *conn) readFrame(n, want int) ([]byte, error) {
+	if (want >= 0 && n != want) || (want < 0 && n%-want != 0) {
+		return nil, connError{http2.ErrCodeFrameSize, fmt.Sprintf("control frame of %d bytes", n)}
+	}
+	if cap(c.frame) < n {
+		c.frame = make([]byte, n)
+	}
+	c.frame = c.frame[:n]
+	_, err := io.ReadFull(c.br, c.frame)
+	return c.frame, err
+}
+
+func (c *conn) onSettings(id uint32, flags http2.Flags, n int) error {
+	if id != 0 {
+		return connError{http2.ErrCodeProtocol, "SETTINGS on a stream"}
+	}
+	if flags&http2.FlagSettingsAck != 0 {
+		_, err := c.readFrame(n, 0)
+		return err
+	}
+	p, err := c.readFrame(n, -6)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for ; len(p) > 0; p = p[6:] {
+		v := binary.BigEndian.Uint32(p[2:])
+		switch http2.SettingID(binary.BigEndian.Uint16(p)) {
+		case http2.SettingInitialWindowSize:
+			if v > 1<<31-1 {
+				return connError{http2.ErrCodeFlowControl, "initial window over 2^31-1"}
+			}
+			for _, s := range c.streams {
+				s.sendWin += int64(v) - c.initSend
+			}
+			c.initSend = int64(v)
+		case http2.SettingMaxFrameSize:
+			if v < 16384 || v > 1<<24-1 {
+				return connError{http2.ErrCodeProtocol, fmt.Sprintf("max frame size %d", v)}
+			}
+			c.peerMax = int(v)
+		case http2.SettingHeaderTableSize:
+			c.enc.SetMaxDynamicTableSizeLimit(v)
+		}
+	}
+	c.frameHeader(0, http2.FrameSettings, http2.FlagSettingsAck, 0)
+	c.pumpAll()
+	return c.controlQueued(9)
+}
+
+func (c *conn) onPing(id uint32, flags http2.Flags, n int) error {
+	if id != 0 {
+		return connError{http2.ErrCodeProtocol, "PING on a stream"}
+	}
+	p, err := c.readFrame(n, 8)
+	if err != nil || flags&http2.FlagPingAck != 0 {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.frameHeader(8, http2.FramePing, http2.FlagPingAck, 0)
+	c.write(p)
+	c.kick()
+	return c.controlQueued(17)
+}
+
+// controlQueued counts n bytes queued in answer to the client, and fails
+// the connection if too many wait unread (under mu).
+func (c *conn) controlQueued(n int) error {
+	if c.control += n; c.control > maxControlBytes {
+		return connError{http2.ErrCodeEnhanceYourCalm, "too many control frames queued unread"}
+	}
+	return nil
+}
+
+func (c *conn) onWindowUpdate(id uint32, n int) error {
+	p, err := c.readFrame(n, 4)
+	if err != nil {
+		return err
+	}
+	inc := int64(binary.BigEndian.Uint32(p) & 0x7fffffff)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if id == 0 {
+		if inc == 0 {
+			return connError{http2.ErrCodeProtocol, "connection WINDOW_UPDATE of 0"}
+		}
+		if c.connSend += inc; c.connSend > 1<<31-1 {
+			return connError{http2.ErrCodeFlowControl, "connection window over 2^31-1"}
+		}
+		c.pumpAll()
+		return nil
+	}
+	if s := c.streams[id]; s != nil && inc > 0 {
+		if s.sendWin += inc; s.sendWin > 1<<31-1 {
+			c.resetStream(s, http2.ErrCodeFlowControl, status.New(codes.Internal, "h2grpc: stream window over 2^31-1"))
+			return nil
+		}
+		c.pump(s)
+	}
+	return nil
+}
+
+func (c *conn) onReset(id uint32, n int) error {
+	p, err := c.readFrame(n, 4)
+	if err != nil {
+		return err
+	}
+	if id == 0 {
+		return connError{http2.ErrCodeProtocol, "RST_STREAM on stream 0"}
+	}
+	code := http2.ErrCode(binary.BigEndian.Uint32(p))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if id > c.lastID {
+		return connError{http2.ErrCodeProtocol, fmt.Sprintf("RST_STREAM on idle stream %d", id)}
+	}
+	if s := c.streams[id]; s != nil {
+		c.closeStream(s, status.New(codes.Canceled, "h2grpc: the client reset the stream: "+code.String()))
+	}
+	return nil
+}
+
+func (c *conn) onData(id uint32, flags http2.Flags, n int) error {
+	if id == 0 {
+		return connError{http2.ErrCodeProtocol, "DATA on stream 0"}
+	}
+	if c.connRecv -= int64(n); c.connRecv < 0 {
+		return connError{http2.ErrCodeFlowControl, "DATA beyond the connection window"}
+	}
+	c.connUnacked += int64(n)
+	c.mu.Lock()
+	// The connection window is returned as data arrives, whether or not a
+	// handler reads it: it paces the client, the streams' windows bound
+	// what the server holds.
+	if c.connUnacked >= int64(c.opts.ConnWindow)/4 {
+		c.windowUpdate(0, c.connUnacked)
+		c.connRecv += c.connUnacked
+		c.connUnacked = 0
+		c.kick()
+	}
+	if id > c.lastID {
+		c.mu.Unlock()
+		return connError{http2.ErrCodeProtocol, fmt.Sprintf("DATA on idle stream %d", id)}
+	}
+	s := c.streams[id]
+	if s != nil && !s.recvDone {
+		if s.recvWin -= int64(n); s.recvWin < 0 {
+			c.mu.Unlock()
+			return connError{http2.ErrCodeFlowControl, fmt.Sprintf("DATA beyond stream %d's window", id)}
+		}
+		s.unacked += int64(n)
+		c.maybeReturn(s)
+	} else {
+		s = nil // closed or half-closed by the client: drop its data
+	}
+	c.mu.Unlock()
+
+	pad := 0
+	if flags&http2.FlagDataPadded != 0 {
+		if n == 0 {
+			return connError{http2.ErrCodeProtocol, "padded DATA without its pad length"}
+		}
+		b, err := c.br.ReadByte()
+		if err != nil {
+			return err
+		}
+		n--
+		if pad = int(b); pad > n {
+			return connError{http2.ErrCodeProtocol, "DATA padding longer than the frame"}
+		}
+	}
+	if s == nil {
+		_, err := c.br.Discard(n)
+		return err
+	}
+	if err := c.feed(s, n-pad); err != nil {
+		return err
+	}
+	if _, err := c.br.Discard(pad); err != nil {
+		return err
+	}
+	if flags&http2.FlagDataEndStream != 0 {
+		c.endOfClient(s)
+	}
+	return nil
+}
+
+// maybeReturn returns a stream's window to the client once a quarter of
+// it is used, unless the stream's handler has a window's worth of
+// messages still to read (under mu).
+func (c *conn) maybeReturn(s *stream) {
+	if s.unacked < int64(c.opts.StreamWindow)/4 || s.queuedBytes >= int64(c.opts.StreamWindow) || s.recvDone || s.closed {
+		return
+	}
+	c.windowUpdate(s.id, s.unacked)
+	s.recvWin += s.unacked
+	s.unacked = 0
+	c.kick()
+}
+
+// feed reads n bytes of s's messages from the connection, delivering each
+// message as its last byte arrives.
+func (c *conn) feed(s *stream, n int) error {
+	for n > 0 {
+		if s.dropping {
+			_, err := c.br.Discard(n)
+			return err
+		}
+		if s.np < len(s.prefix) {
+			k := min(n, len(s.prefix)-s.np)
+			if _, err := io.ReadFull(c.br, s.prefix[s.np:s.np+k]); err != nil {
+				return err
+			}
+			s.np += k
+			n -= k
+			if s.np < len(s.prefix) {
+				continue
+			}
+			size := binary.BigEndian.Uint32(s.prefix[1:])
+			switch {
+			case s.prefix[0]&1 != 0:
+				c.failRecv(s, status.New(codes.Internal, "grpc: compressed flag set with identity or empty encoding"))
+			case s.prefix[0] != 0:
+				c.failRecv(s, status.Newf(codes.Internal, "grpc: message prefix flags %#x", s.prefix[0]))
+			case uint64(size) > uint64(c.opts.MaxRecvMsgSize):
+				c.failRecv(s, status.Newf(codes.ResourceExhausted, "grpc: received message larger than max (%d vs. %d)", size, c.opts.MaxRecvMsgSize))
+			default:
+				s.msgLen, s.at = int(size), 0
+				if size == 0 {
+					c.deliver(s)
+				}
+			}
+			continue
+		}
+		if s.cur == nil || s.curAt == len(*s.cur) {
+			if s.cur != nil {
+				s.parts = append(s.parts, mem.NewBuffer(s.cur, c.opts.Pool))
+			}
+			s.cur, s.curAt = c.opts.Pool.Get(min(s.msgLen-s.at, maxPiece)), 0
+		}
+		k := min(n, len(*s.cur)-s.curAt)
+		if _, err := io.ReadFull(c.br, (*s.cur)[s.curAt:s.curAt+k]); err != nil {
+			return err
+		}
+		s.curAt += k
+		s.at += k
+		n -= k
+		if s.at == s.msgLen {
+			c.deliver(s)
+		}
+	}
+	return nil
+}
+
+// deliver queues the message just read for s's handler.
+func (c *conn) deliver(s *stream) {
+	if s.cur != nil {
+		s.parts = append(s.parts, mem.NewBuffer(s.cur, c.opts.Pool))
+	}
+	msg := s.parts
+	size := int64(s.msgLen) + 5
+	s.parts, s.cur, s.curAt, s.np, s.msgLen, s.at = nil, nil, 0, 0, 0, 0
+	c.mu.Lock()
+	if s.closed || s.finished {
+		c.mu.Unlock()
+		msg.Free()
+		return
+	}
+	s.msgs = append(s.msgs, msg)
+	s.queuedBytes += size
+	c.mu.Unlock()
+	signal(s.rwake)
+}
+
+// failRecv ends what s can receive with st: its handler reads st's error
+// after the messages already queued, and the rest of its data is dropped.
+func (c *conn) failRecv(s *stream, st *status.Status) {
+	c.dropPartial(s)
+	s.dropping = true
+	c.mu.Lock()
+	if s.recvErr == nil {
+		s.recvErr = st.Err()
+	}
+	c.mu.Unlock()
+	signal(s.rwake)
+}
+
+// dropPartial frees the message being read on s (reader only).
+func (c *conn) dropPartial(s *stream) {
+	s.parts.Free()
+	if s.cur != nil {
+		c.opts.Pool.Put(s.cur)
+	}
+	s.parts, s.cur, s.curAt = nil, nil, 0
+}
+
+// endOfClient marks s half-closed by the client (END_STREAM).
+func (c *conn) endOfClient(s *stream) {
+	var err error
+	if !s.dropping && (s.np > 0 || s.at > 0) {
+		c.dropPartial(s)
+		err = status.Error(codes.Internal, "grpc: the client ended the stream inside a message")
+	}
+	s.dropping = true
+	c.mu.Lock()
+	s.recvDone = true
+	if err != nil && s.recvErr == nil {
+		s.recvErr = err
+	}
+	c.mu.Unlock()
+	signal(s.rwake)
+}
+
+func (c *conn) onHeaders(typ http2.FrameType, id uint32, flags http2.Flags, n int) error {
+	if typ == http2.FrameContinuation && (!c.inBlock || id != c.blockStream) {
+		return connError{http2.ErrCodeProtocol, "CONTINUATION without its HEADERS"}
+	}
+	if id == 0 {
+		return connError{http2.ErrCodeProtocol, "HEADERS on stream 0"}
+	}
+	p, err := c.readFrame(n, -1)
+	if err != nil {
+		return err
+	}
+	if typ == http2.FrameHeaders {
+		if flags&http2.FlagHeadersPadded != 0 {
+			if len(p) < 1 || int(p[0]) > len(p)-1 {
+				return connError{http2.ErrCodeProtocol, "HEADERS padding longer than the frame"}
+			}
+			p = p[1 : len(p)-int(p[0])]
+		}
+		if flags&http2.FlagHeadersPriority != 0 {
+			if len(p) < 5 {
+				return connError{http2.ErrCodeProtocol, "HEADERS too short for its priority"}
+			}
+			p = p[5:]
+		}
+		c.block, c.blockStream, c.blockFlags, c.inBlock = c.block[:0], id, flags, true
+	}
+	if len(c.block)+len(p) > c.opts.MaxHeaderBlock {
+		return connError{http2.ErrCodeEnhanceYourCalm, fmt.Sprintf("header block over %d bytes", c.opts.MaxHeaderBlock)}
+	}
+	c.block = append(c.block, p...)
+	if flags&http2.FlagHeadersEndHeaders == 0 {
+		return nil
+	}
+	c.inBlock = false
+	fields, err := c.dec.DecodeFull(c.block)
+	if err != nil {
+		return connError{http2.ErrCodeCompression, err.Error()}
+	}
+	id, end := c.blockStream, c.blockFlags&http2.FlagHeadersEndStream != 0
+
+	c.mu.Lock()
+	if s := c.streams[id]; s != nil {
+		c.mu.Unlock()
+		// Trailers from the client: gRPC clients send none, but they
+		// end the client's side as END_STREAM on DATA does.
+		if !end {
+			return connError{http2.ErrCodeProtocol, "second HEADERS without END_STREAM"}
+		}
+		if !s.recvDone {
+			c.endOfClient(s)
+		}
+		return nil
+	}
+	if id%2 == 0 || id <= c.lastID {
+		c.mu.Unlock()
+		if id <= c.lastID && id%2 == 1 {
+			return connError{http2.ErrCodeStreamClosed, fmt.Sprintf("HEADERS on closed stream %d", id)}
+		}
+		return connError{http2.ErrCodeProtocol, fmt.Sprintf("HEADERS opening stream %d", id)}
+	}
+	c.lastID = id
+	if c.draining || c.closed || c.running.Load() >= int32(c.opts.MaxConcurrentStreams) {
+		// The client retries a refused stream elsewhere or later.
+		c.rst(id, http2.ErrCodeRefusedStream)
+		c.kick()
+		err := c.controlQueued(13)
+		c.mu.Unlock()
+		return err
+	}
+	c.mu.Unlock()
+	c.open(id, fields, end)
+	return nil
+}
+
+// writeLoop writes what is gathered whenever woken, until the connection
+// ends.
+func (c *conn) writeLoop() {
+	for {
+		c.mu.Lock()
+		for c.queued == 0 && !c.stopWriter && !c.closeIdle {
+			c.mu.Unlock()
+			<-c.wake
+			c.mu.Lock()
+		}
+		if c.queued == 0 {
+			if c.stopWriter {
+				c.mu.Unlock()
+				return
+			}
+			// Drained and idle: close the server's side, and give the
+			// client a moment to close its own before the reader gives up.
+			c.closeIdle = false
+			c.mu.Unlock()
+			if cw, ok := c.nc.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+				c.nc.SetReadDeadline(time.Now().Add(drainLinger))
+			} else {
+				c.nc.Close()
+			}
+			continue
+		}
+		c.cut()
+		bufs, free, small := c.out, c.free, c.small
+		c.out, c.free, c.small = c.spareOut[:0], c.spareFree[:0], c.spareSmall[:0]
+		c.spareOut, c.spareFree, c.spareSmall = nil, nil, nil
+		c.mark, c.queued, c.control = 0, 0, 0
+		failed := c.writeErr != nil
+		c.mu.Unlock()
+
+		var err error
+		if !failed {
+			all := bufs
+			_, err = all.WriteTo(c.nc)
+		}
+		for _, b := range free {
+			b.Free()
+		}
+		clear(bufs)
+		clear(free)
+
+		c.mu.Lock()
+		c.spareOut, c.spareFree, c.spareSmall = bufs[:0], free[:0], small[:0]
+		if err != nil && c.writeErr == nil {
+			c.writeErr = err
+			c.nc.Close() // the reader fails and tears the connection down
+		}
+		c.mu.Unlock()
+	}
+}
+
+// kick wakes the writer (under mu, after queueing).
+func (c *conn) kick() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// The frame writers below gather under mu.
+
+func (c *conn) frameHeader(n int, t http2.FrameType, f http2.Flags, id uint32) {
+	b := [9]byte{byte(n >> 16), byte(n >> 8), byte(n), byte(t), byte(f)}
+	binary.BigEndian.PutUint32(b[5:], id)
+	c.write(b[:])
+}
+
+func (c *conn) setting(id http2.SettingID, v uint32) {
+	var b [6]byte
+	binary.BigEndian.PutUint16(b[:], uint16(id))
+	binary.BigEndian.PutUint32(b[2:], v)
+	c.write(b[:])
+}
+
+func (c *conn) windowUpdate(id uint32, inc int64) {
+	c.frameHeader(4, http2.FrameWindowUpdate, 0, id)
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], uint32(inc))
+	c.write(b[:])
+}
+
+func (c *conn) rst(id uint32, code http2.ErrCode) {
+	c.frameHeader(4, http2.FrameRSTStream, 0, id)
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], uint32(code))
+	c.write(b[:])
+}
+
+func (c *conn) goAway(last uint32, code http2.ErrCode, msg string) {
+	c.frameHeader(8+len(msg), http2.FrameGoAway, 0, 0)
+	var b [8]byte
+	binary.BigEndian.PutUint32(b[:4], last)
+	binary.BigEndian.PutUint32(b[4:], uint32(code))
+	c.write(b[:])
+	c.write([]byte(msg))
+	c.kick()
+}
+
+// headerBlock writes the block in encBuf as HEADERS and, if it is larger
+// than a frame, CONTINUATION frames.
+func (c *conn) headerBlock(id uint32, end bool) {
+	b := c.encBuf.Bytes()
+	t, f := http2.FrameHeaders, http2.Flags(0)
+	if end {
+		f = http2.FlagHeadersEndStream
+	}
+	for {
+		k := min(len(b), c.peerMax)
+		if k == len(b) {
+			f |= http2.FlagHeadersEndHeaders
+		}
+		c.frameHeader(k, t, f, id)
+		c.write(b[:k])
+		if b = b[k:]; len(b) == 0 {
+			return
+		}
+		t, f = http2.FrameContinuation, 0
+	}
+}
+
+// write gathers b, copied.
+func (c *conn) write(b []byte) {
+	if len(c.small)+len(b) > cap(c.small) {
+		c.cut()
+		c.small, c.mark = make([]byte, 0, max(16<<10, len(b))), 0
+	}
+	c.small = append(c.small, b...)
+	c.queued += len(b)
+}
+
+// ref gathers b without copying it, unless it is small.
+func (c *conn) ref(b []byte) {
+	if len(b) < 1024 {
+		c.write(b)
+		return
+	}
+	c.cut()
+	c.out = append(c.out, b)
+	c.queued += len(b)
+}
+
+func (c *conn) cut() {
+	if len(c.small) > c.mark {
+		c.out = append(c.out, c.small[c.mark:])
+		c.mark = len(c.small)
+	}
+}
