@@ -258,7 +258,7 @@ func (s *Server) serve(l net.Listener, local bool) error {
 	if local {
 		s.log.Info("serving local clients, without TLS or tokens", "addr", l.Addr().String(), "tables", s.names)
 	} else {
-		s.log.Info("reverie serving", "addr", l.Addr().String(), "tables", s.names,
+		s.log.Info("reverie serving", "addr", l.Addr().String(), "tables", s.names, "transport", s.cfg.transport(),
 			"tls", s.cfg.TLS.Enabled(), "mutual_tls", s.cfg.TLS.ClientCAFile != "", "auth_tokens", s.cfg.Auth.Enabled())
 	}
 	s.startSnapshotSchedule()

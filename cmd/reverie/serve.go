@@ -22,6 +22,7 @@ func runServe(args []string) int {
 	port := fs.Int("port", -1, fmt.Sprintf("TCP port, all interfaces (overrides the config; 0 picks a free port; default %d)", server.DefaultPort))
 	listen := fs.String("listen", "", "listen address, overriding port: host:port or unix:///path/sock")
 	localListen := fs.String("local-listen", "", "also serve the same tables on this unix socket (unix:///path/sock) for clients on this machine, without TLS or tokens; the socket is made 0660 (overrides the config's local_listen)")
+	transport := fs.String("transport", "", "HTTP/2 transport serving gRPC: grpc (gRPC-Go's, the default) or own (reverie's own, experimental: less CPU per large item; docs/transport-plan.md) (overrides the config's transport and $REVERIE_TRANSPORT)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	checkpointDir := fs.String("checkpoint-dir", "", "directory the Checkpoint RPC writes to (overrides the config's checkpoint_dir); at start the newest complete checkpoint in it is restored unless --restore is given")
@@ -74,6 +75,9 @@ func runServe(args []string) int {
 	}
 	if *localListen != "" {
 		cfg.LocalListen = *localListen
+	}
+	if *transport != "" {
+		cfg.Transport = *transport
 	}
 	if *checkpointDir != "" {
 		cfg.CheckpointDir = *checkpointDir
