@@ -1,0 +1,246 @@
+package h2grpc
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// rawClient speaks HTTP/2 frames to the server directly, for what gRPC
+// clients never send.
+type rawClient struct {
+	t  *testing.T
+	nc net.Conn
+	fr *http2.Framer
+}
+
+func dialRaw(t *testing.T, addr string) *rawClient {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	nc.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(nc, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	c := &rawClient{t: t, nc: nc, fr: http2.NewFramer(nc, nc)}
+	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	if err := c.fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func (c *rawClient) headers(id uint32, path string, end bool) {
+	c.t.Helper()
+	var buf bytes.Buffer
+	enc := hpack.NewEncoder(&buf)
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", path}, {":authority", "x"}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
+		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: buf.Bytes(), EndHeaders: true, EndStream: end}); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// until reads frames until want returns true, and fails the test if the
+// connection ends first.
+func (c *rawClient) until(what string, want func(http2.Frame) bool) {
+	c.t.Helper()
+	for {
+		f, err := c.fr.ReadFrame()
+		if err != nil {
+			c.t.Fatalf("waiting for %s: %v", what, err)
+		}
+		if want(f) {
+			return
+		}
+	}
+}
+
+func (c *rawClient) goAway(code http2.ErrCode) {
+	c.t.Helper()
+	c.until("GOAWAY "+code.String(), func(f http2.Frame) bool {
+		g, ok := f.(*http2.GoAwayFrame)
+		if ok && g.ErrCode != code {
+			c.t.Fatalf("GOAWAY %v (%q), want %v", g.ErrCode, g.DebugData(), code)
+		}
+		return ok
+	})
+	// Then the server closes the connection.
+	for {
+		if _, err := c.fr.ReadFrame(); err != nil {
+			if !errors.Is(err, io.EOF) {
+				c.t.Fatalf("after GOAWAY: %v, want the connection closed", err)
+			}
+			return
+		}
+	}
+}
+
+func TestProtocolErrors(t *testing.T) {
+	_, _, addr := start(t, Options{MaxHeaderBlock: 1024})
+	t.Run("DATA on an idle stream", func(t *testing.T) {
+		c := dialRaw(t, addr)
+		c.fr.WriteData(5, false, []byte("x"))
+		c.goAway(http2.ErrCodeProtocol)
+	})
+	t.Run("frame over 16 KiB", func(t *testing.T) {
+		c := dialRaw(t, addr)
+		c.fr.WriteRawFrame(http2.FrameData, 0, 1, make([]byte, 20000))
+		c.goAway(http2.ErrCodeFrameSize)
+	})
+	t.Run("header block over the limit", func(t *testing.T) {
+		c := dialRaw(t, addr)
+		c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: make([]byte, 900)})
+		c.fr.WriteContinuation(1, true, make([]byte, 900))
+		c.goAway(http2.ErrCodeEnhanceYourCalm)
+	})
+	t.Run("bad HPACK", func(t *testing.T) {
+		c := dialRaw(t, addr)
+		c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: []byte{0xff, 0xff, 0xff, 0xff}, EndHeaders: true})
+		c.goAway(http2.ErrCodeCompression)
+	})
+	t.Run("even stream", func(t *testing.T) {
+		c := dialRaw(t, addr)
+		c.headers(2, "/"+svcName+"/Echo", true)
+		c.goAway(http2.ErrCodeProtocol)
+	})
+	t.Run("window overflow", func(t *testing.T) {
+		c := dialRaw(t, addr)
+		c.fr.WriteWindowUpdate(0, 1<<31-1)
+		c.goAway(http2.ErrCodeFlowControl)
+	})
+	t.Run("not HTTP/2", func(t *testing.T) {
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		nc.SetDeadline(time.Now().Add(10 * time.Second))
+		io.WriteString(nc, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+		if _, err := io.Copy(io.Discard, nc); err != nil {
+			t.Fatalf("want the connection closed, got %v", err)
+		}
+	})
+	// After all that, the server serves.
+	c := dialRaw(t, addr)
+	c.fr.WritePing(false, [8]byte{1, 2, 3})
+	c.until("PING ack", func(f http2.Frame) bool {
+		p, ok := f.(*http2.PingFrame)
+		return ok && p.IsAck() && p.Data == [8]byte{1, 2, 3}
+	})
+}
+
+func TestStreamLimit(t *testing.T) {
+	_, impl, addr := start(t, Options{MaxConcurrentStreams: 1})
+	c := dialRaw(t, addr)
+	c.headers(1, "/"+svcName+"/Block", false)
+	c.headers(3, "/"+svcName+"/Block", false)
+	c.until("RST_STREAM REFUSED_STREAM on stream 3", func(f http2.Frame) bool {
+		r, ok := f.(*http2.RSTStreamFrame)
+		if ok && (r.StreamID != 3 || r.ErrCode != http2.ErrCodeRefusedStream) {
+			t.Fatalf("RST_STREAM %v on stream %d", r.ErrCode, r.StreamID)
+		}
+		return ok
+	})
+	// Resetting stream 1 ends its handler; then a new stream is served.
+	c.fr.WriteRSTStream(1, http2.ErrCodeCancel)
+	if err := <-impl.ctxErrs; err == nil {
+		t.Fatal("reset stream's handler saw no error")
+	}
+	time.Sleep(50 * time.Millisecond) // its handler's count drops as it returns
+	c.headers(5, "/"+svcName+"/Echo", false)
+	c.fr.WriteData(5, true, []byte{0, 0, 0, 0, 0})
+	c.until("stream 5's response", func(f http2.Frame) bool {
+		h, ok := f.(*http2.MetaHeadersFrame)
+		if ok && h.StreamID == 5 && h.StreamEnded() {
+			if got := h.PseudoValue("status"); got != "" {
+				return false // headers of a message; the trailers follow
+			}
+			if st := h.Fields[0]; st.Name != "grpc-status" || st.Value != "0" {
+				t.Fatalf("stream 5 ended with %v", h.Fields)
+			}
+			return true
+		}
+		return false
+	})
+	<-impl.md
+	<-impl.peers
+}
+
+func TestRequestHeaders(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		fields [][2]string
+		http   string
+		grpc   string
+	}{
+		{"GET", [][2]string{{":method", "GET"}, {":path", "/" + svcName + "/Echo"}, {"content-type", "application/grpc"}}, "405", "13"},
+		{"not gRPC", [][2]string{{":method", "POST"}, {":path", "/" + svcName + "/Echo"}, {"content-type", "text/plain"}}, "415", "13"},
+		{"gzip", [][2]string{{":method", "POST"}, {":path", "/" + svcName + "/Echo"}, {"content-type", "application/grpc"}, {"grpc-encoding", "gzip"}}, "200", "12"},
+		{"bad timeout", [][2]string{{":method", "POST"}, {":path", "/" + svcName + "/Echo"}, {"content-type", "application/grpc"}, {"grpc-timeout", "1x"}}, "400", "13"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, addr := start(t, Options{})
+			c := dialRaw(t, addr)
+			var buf bytes.Buffer
+			enc := hpack.NewEncoder(&buf)
+			for _, f := range tc.fields {
+				enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+			}
+			c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: buf.Bytes(), EndHeaders: true, EndStream: true})
+			c.until("the response", func(f http2.Frame) bool {
+				h, ok := f.(*http2.MetaHeadersFrame)
+				if !ok {
+					return false
+				}
+				var got string
+				for _, hf := range h.Fields {
+					if hf.Name == "grpc-status" {
+						got = hf.Value
+					}
+				}
+				if h.PseudoValue("status") != tc.http || got != tc.grpc || !h.StreamEnded() {
+					t.Fatalf("got :status %s grpc-status %s (%v), want %s and %s", h.PseudoValue("status"), got, h.Fields, tc.http, tc.grpc)
+				}
+				return true
+			})
+		})
+	}
+}
+
+func TestEncodeMessage(t *testing.T) {
+	for in, want := range map[string]string{
+		"":               "",
+		"plain text":     "plain text",
+		"100%":           "100%25",
+		"é\n":            "%C3%A9%0A",
+		"a\x00b\x7fc~ d": "a%00b%7Fc~ d",
+	} {
+		if got := encodeMessage(in); got != want {
+			t.Errorf("encodeMessage(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestParseTimeout(t *testing.T) {
+	for in, want := range map[string]time.Duration{"1S": time.Second, "250m": 250 * time.Millisecond, "3u": 3 * time.Microsecond, "7n": 7, "2M": 2 * time.Minute, "99999999H": 1<<63 - 1} {
+		if got, err := parseTimeout(in); err != nil || got != want {
+			t.Errorf("parseTimeout(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "S", "1", "1s", "-1S", "123456789S", "1.5S"} {
+		if _, err := parseTimeout(in); err == nil {
+			t.Errorf("parseTimeout(%q) succeeded", in)
+		}
+	}
+}
