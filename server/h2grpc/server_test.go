@@ -63,7 +63,9 @@ var svcDesc = grpc.ServiceDesc{
 			if err := dec(in); err != nil {
 				return nil, err
 			}
-			h := func(ctx context.Context, req any) (any, error) { return srv.(*svc).echo(ctx, req.(*wrapperspb.BytesValue)) }
+			h := func(ctx context.Context, req any) (any, error) {
+				return srv.(*svc).echo(ctx, req.(*wrapperspb.BytesValue))
+			}
 			if icpt == nil {
 				return h(ctx, in)
 			}
