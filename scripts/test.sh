@@ -55,3 +55,12 @@ scripts/conformance.sh
 
 step "Python client: pytest python/tests against reverie and Reverb (python/scripts/test.sh)"
 python/scripts/test.sh
+
+# reverie's own HTTP/2 transport (server/h2grpc) serves the same suites:
+# the server, client and binary's Go tests, pytest against reverie, and the
+# conformance legs with dm-reverb's C++ client. REVERIE_TRANSPORT picks the
+# transport of every server these start (in process and `reverie serve`).
+step "reverie's own transport: Go suites, pytest and conformance with REVERIE_TRANSPORT=own"
+REVERIE_TRANSPORT=own go test -race -count=1 -timeout 15m ./server/... ./client/... ./cmd/...
+REVERIE_TRANSPORT=own python/scripts/test.sh reverie
+REVERIE_TRANSPORT=own scripts/conformance.sh
