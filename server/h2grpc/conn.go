@@ -77,8 +77,11 @@ type conn struct {
 	blockFlags  http2.Flags
 	inBlock     bool
 	frame       []byte // scratch for control frames' payloads
-	connRecv    int64  // connection window the client has left
-	connUnacked int64  // received on the connection and not yet returned
+	hfields     []hpack.HeaderField
+	fieldBytes  int   // the decoded size of fields, as HTTP/2 counts it
+	fieldsOver  bool  // fields passed MaxHeaderBlock decoded
+	connRecv    int64 // connection window the client has left
+	connUnacked int64 // received on the connection and not yet returned
 
 	// running counts the handlers still running, for the stream limit.
 	running atomic.Int32
@@ -130,7 +133,15 @@ func newConn(srv *Server, nc net.Conn, auth credentials.AuthInfo) *conn {
 		small:    make([]byte, 0, 16<<10),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	c.dec = hpack.NewDecoder(4096, nil)
+	// The decoded size of a header list is bounded as well as its encoded
+	// size: a small block can name a large dynamic-table entry many times.
+	c.dec = hpack.NewDecoder(4096, func(f hpack.HeaderField) {
+		if c.fieldBytes += len(f.Name) + len(f.Value) + 32; c.fieldBytes > c.opts.MaxHeaderBlock {
+			c.fieldsOver = true
+			return
+		}
+		c.hfields = append(c.hfields, f)
+	})
 	c.dec.SetMaxStringLength(c.opts.MaxHeaderBlock)
 	c.enc = hpack.NewEncoder(&c.encBuf)
 	return c
@@ -609,10 +620,17 @@ func (c *conn) onHeaders(typ http2.FrameType, id uint32, flags http2.Flags, n in
 		return nil
 	}
 	c.inBlock = false
-	fields, err := c.dec.DecodeFull(c.block)
-	if err != nil {
+	c.hfields, c.fieldBytes, c.fieldsOver = c.hfields[:0], 0, false
+	if _, err := c.dec.Write(c.block); err != nil {
 		return connError{http2.ErrCodeCompression, err.Error()}
 	}
+	if err := c.dec.Close(); err != nil {
+		return connError{http2.ErrCodeCompression, err.Error()}
+	}
+	if c.fieldsOver {
+		return connError{http2.ErrCodeEnhanceYourCalm, fmt.Sprintf("header list over %d bytes decoded", c.opts.MaxHeaderBlock)}
+	}
+	fields := c.hfields
 	id, end := c.blockStream, c.blockFlags&http2.FlagHeadersEndStream != 0
 
 	c.mu.Lock()

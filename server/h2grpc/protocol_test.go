@@ -2,6 +2,7 @@ package h2grpc
 
 import (
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -10,6 +11,7 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc/credentials"
 )
 
 // rawClient speaks HTTP/2 frames to the server directly, for what gRPC
@@ -242,5 +244,44 @@ func TestParseTimeout(t *testing.T) {
 		if _, err := parseTimeout(in); err == nil {
 			t.Errorf("parseTimeout(%q) succeeded", in)
 		}
+	}
+}
+
+// TestHeaderBomb sends a small header block that decodes to far more than
+// the limit, by naming one large dynamic-table entry many times.
+func TestHeaderBomb(t *testing.T) {
+	_, _, addr := start(t, Options{})
+	c := dialRaw(t, addr)
+	var buf bytes.Buffer
+	enc := hpack.NewEncoder(&buf)
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", "/" + svcName + "/Echo"}, {"content-type", "application/grpc"}} {
+		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	big := hpack.HeaderField{Name: "x-big", Value: string(bytes.Repeat([]byte("a"), 3000))}
+	for range 100 {
+		enc.WriteField(big) // the first adds it to the table, the rest name it
+	}
+	if buf.Len() > 8<<10 {
+		t.Fatalf("the block is %d bytes; the test wants it small", buf.Len())
+	}
+	c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: buf.Bytes(), EndHeaders: true, EndStream: true})
+	c.goAway(http2.ErrCodeEnhanceYourCalm)
+}
+
+// TestStopDuringHandshake checks that Stop does not wait for a client that
+// connected and never finished its TLS handshake.
+func TestStopDuringHandshake(t *testing.T) {
+	cert, _ := selfSigned(t)
+	srv, _, addr := start(t, Options{Creds: credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}})})
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	time.Sleep(50 * time.Millisecond) // accepted, waiting for a ClientHello
+	t0 := time.Now()
+	srv.Stop()
+	if d := time.Since(t0); d > 2*time.Second {
+		t.Fatalf("Stop took %v with a handshake pending", d)
 	}
 }

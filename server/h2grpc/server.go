@@ -129,7 +129,8 @@ type Server struct {
 	services  map[string]grpc.ServiceInfo
 	listeners map[net.Listener]struct{}
 	conns     map[*conn]struct{}
-	serving   bool // a call to Serve has begun; no more registrations
+	shaking   map[net.Conn]struct{} // accepted, in their handshake
+	serving   bool                  // a call to Serve has begun; no more registrations
 	draining  bool
 	stopped   bool
 	connsDone sync.WaitGroup // the goroutine of each accepted connection
@@ -153,6 +154,7 @@ func NewServer(opts Options) *Server {
 		services:  map[string]grpc.ServiceInfo{},
 		listeners: map[net.Listener]struct{}{},
 		conns:     map[*conn]struct{}{},
+		shaking:   map[net.Conn]struct{}{},
 	}
 	s.unaryChain = chainUnary(opts.Unary)
 	return s
@@ -261,6 +263,7 @@ func (s *Server) Serve(l net.Listener) error {
 			return nil
 		}
 		s.connsDone.Add(1)
+		s.shaking[nc] = struct{}{}
 		s.mu.Unlock()
 		go s.handle(nc)
 	}
@@ -271,6 +274,9 @@ func (s *Server) handle(nc net.Conn) {
 	defer s.connsDone.Done()
 	nc.SetDeadline(time.Now().Add(s.opts.HandshakeTimeout))
 	conn, auth, err := s.opts.Creds.ServerHandshake(nc)
+	s.mu.Lock()
+	delete(s.shaking, nc)
+	s.mu.Unlock()
 	if err != nil {
 		nc.Close()
 		if !errors.Is(err, net.ErrClosed) {
@@ -305,6 +311,9 @@ func (s *Server) GracefulStop() {
 	for l := range s.listeners {
 		l.Close()
 	}
+	for nc := range s.shaking {
+		nc.Close()
+	}
 	for c := range s.conns {
 		c.drain()
 	}
@@ -321,6 +330,9 @@ func (s *Server) Stop() {
 	s.stopped = true
 	for l := range s.listeners {
 		l.Close()
+	}
+	for nc := range s.shaking {
+		nc.Close()
 	}
 	for c := range s.conns {
 		c.nc.Close()
