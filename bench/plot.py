@@ -33,7 +33,7 @@ STYLE = {
     ('echo', 'go'): dict(color='0.55', ls=':', marker='.', label='bare gRPC-Go echo'),
     ('echo-table', 'go'): dict(color='0.3', ls='-.', marker='x', label='gRPC-Go echo holding a table'),
     ('echo-h2-table', 'go'): dict(color='tab:green', ls='none', marker='D', label='own-HTTP/2 echo holding a table'),
-    ('reverie-own', 'go'): dict(color='tab:blue', ls='none', marker='*', ms=11, label='reverie on its own transport, Go client'),
+    ('reverie-own', 'go'): dict(color='tab:cyan', ls='-', marker='*', ms=10, label='reverie on its own transport, Go client'),
 }
 PAYLOAD = {400: '400 B', 4000: '4 kB', 40000: '40 kB', 400000: '400 kB'}
 

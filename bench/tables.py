@@ -400,7 +400,7 @@ def targets(outdir):
           '',
           'reverie is measured on its default transport, gRPC-Go\'s. The fifth column is the same reverie',
           'binary serving on its own HTTP/2 transport (`reverie serve --transport own`, server/h2grpc; Go',
-          'client, 8 clients, at 400 B and 40 kB), in the same rotation.',
+          'client; 400 B and 40 kB), run through the same sweep in the same rotation.',
           '',
           'The last three columns are bench/echo in the same run (Go client; same payload, mode and clients):',
           'a server with no table and no encoding that moves the same bytes, against Reverb. The',
