@@ -305,36 +305,41 @@ var errTruncated = errors.New("unexpected end of message")
 // its buffers into one (gRPC splits a large message into many).
 // Its slices are kept from one message to the next (init, release).
 type sliceReader struct {
-	cur   []byte   // what is left of the current buffer
-	rest  [][]byte // the buffers after it
-	bufs  [][]byte // every buffer of the message: rest's backing array
-	n     int      // bytes left in all
-	read  int      // bytes read so far
-	tmp   []byte   // holds values that span buffers
-	views [][]byte // scratch for copy
+	cur  []byte   // what is left of the current buffer
+	rest [][]byte // the buffers after it
+	bufs [][]byte // every buffer of the message: rest's backing array
+	// owners are the mem.Buffers of bufs, and at is the index of cur's.
+	owners []mem.Buffer
+	at     int
+	n      int      // bytes left in all
+	read   int      // bytes read so far
+	tmp    []byte   // holds values that span buffers
+	views  [][]byte // scratch for copy
 	// store, if not nil, provides the buffers of large chunks (copyChunk).
 	store *chunkstore.Store
 }
 
 // init makes r read data from its start, reusing r's slices.
 func (r *sliceReader) init(data mem.BufferSlice) {
-	bufs := r.bufs[:0]
+	bufs, owners := r.bufs[:0], r.owners[:0]
 	n := 0
 	for _, b := range data {
 		if d := b.ReadOnlyData(); len(d) > 0 {
 			bufs = append(bufs, d)
+			owners = append(owners, b)
 			n += len(d)
 		}
 	}
-	*r = sliceReader{rest: bufs, bufs: bufs, n: n, tmp: r.tmp[:0], views: r.views[:0]}
+	*r = sliceReader{rest: bufs, bufs: bufs, owners: owners, at: -1, n: n, tmp: r.tmp[:0], views: r.views[:0]}
 }
 
 // release drops r's references to the message's buffers, which gRPC
 // reuses once Unmarshal returns, keeping the slices for the next init.
 func (r *sliceReader) release() {
 	clear(r.bufs)
+	clear(r.owners)
 	clear(r.views[:cap(r.views)])
-	r.cur, r.rest, r.bufs, r.views, r.store = nil, nil, r.bufs[:0], r.views[:0], nil
+	r.cur, r.rest, r.bufs, r.owners, r.views, r.store = nil, nil, r.bufs[:0], r.owners[:0], r.views[:0], nil
 }
 
 func (r *sliceReader) len() int    { return r.n }
@@ -349,6 +354,7 @@ func (r *sliceReader) reset(b []byte, off int) {
 func (r *sliceReader) fill() {
 	for len(r.cur) == 0 && len(r.rest) > 0 {
 		r.cur, r.rest = r.rest[0], r.rest[1:]
+		r.at++
 	}
 }
 
@@ -418,6 +424,9 @@ func (r *sliceReader) next(n int) []byte {
 // copyChunk reads n <= len() bytes of a chunk's encoding into a buffer of
 // r.store's if it has one for n bytes (then fromStore), else as copy does.
 func (r *sliceReader) copyChunk(n int) (b []byte, fromStore bool) {
+	if b := r.take(n); b != nil {
+		return b, true
+	}
 	if r.store != nil {
 		if b = r.store.AllocChunk(n); b != nil {
 			k := 0
@@ -428,6 +437,35 @@ func (r *sliceReader) copyChunk(n int) (b []byte, fromStore bool) {
 		}
 	}
 	return r.copy(n), false
+}
+
+// take reads n bytes of a chunk's encoding without copying them, if they
+// begin a buffer of the message and fill most of it: reverie's own
+// transport reads a request of one large chunk so (splitInsert), into a
+// buffer the chunk store gave. The buffer is then the chunk's: it is
+// referenced once more, so that freeing the message does not give it back
+// to its pool. It returns nil, reading nothing, otherwise.
+func (r *sliceReader) take(n int) []byte {
+	r.fill()
+	if n < chunkstore.RecycleMinBytes || n > len(r.cur) || len(r.cur)-n > maxTakeSlack ||
+		r.at < 0 || r.at >= len(r.bufs) || !r.atBufferStart() {
+		return nil
+	}
+	r.owners[r.at].Ref()
+	b := r.cur[:n]
+	r.skip(n)
+	return b
+}
+
+// maxTakeSlack bounds the bytes after a taken chunk in its buffer (the
+// request's items), which stay in memory as long as the chunk.
+const maxTakeSlack = 4 << 10
+
+// atBufferStart reports whether cur is the whole of its buffer (and not,
+// say, a copy made by reset).
+func (r *sliceReader) atBufferStart() bool {
+	whole := r.bufs[r.at]
+	return len(r.cur) == len(whole) && &r.cur[0] == &whole[0]
 }
 
 // copy reads n <= len() bytes into a new slice.

@@ -470,3 +470,89 @@ func BenchmarkDecodeInsert(b *testing.B) {
 		})
 	}
 }
+
+// countingPool is a mem.BufferPool that counts the buffers given back.
+type countingPool struct{ puts int }
+
+func (p *countingPool) Get(n int) *[]byte { b := make([]byte, n); return &b }
+func (p *countingPool) Put(*[]byte)       { p.puts++ }
+
+// TestDecodeTakesSplitChunks: a request cut as reverie's own transport cuts
+// it (chunkBodies.split) has each large chunk's encoding as a buffer of its
+// own, which the codec keeps instead of copying: freeing the message does
+// not give that buffer back to its pool. A chunk that shares its buffer
+// with more than a few KiB of other fields is copied.
+func TestDecodeTakesSplitChunks(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	chunks := []*reverbpb.ChunkData{bytesChunk(rng, 1, 40_000), bytesChunk(rng, 2, 50_000), bytesChunk(rng, 3, 1_000)}
+	b, err := proto.Marshal(&reverbpb.InsertStreamRequest{Chunks: chunks, Items: []*reverbpb.PrioritizedItem{{Key: 1, Table: "t", Priority: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Cut b as split does, into the pools' buffers.
+	pool := &countingPool{}
+	var data mem.BufferSlice
+	var bodies [][]byte
+	for rest := b; len(rest) > 0; {
+		k, m, p := chunkBodies{}.split(insertStreamMethod, len(rest), rest[:min(16, len(rest))])
+		if k+m == 0 {
+			data = append(data, mem.SliceBuffer(rest))
+			break
+		}
+		if p == nil {
+			t.Fatalf("split gave no pool for %d bytes", m)
+		}
+		data = append(data, mem.SliceBuffer(rest[:k]))
+		body := pool.Get(m)
+		copy(*body, rest[k:k+m])
+		bodies = append(bodies, *body)
+		data = append(data, mem.NewBuffer(body, pool))
+		rest = rest[k+m:]
+	}
+	if len(bodies) != 2 {
+		t.Fatalf("split cut %d chunk bodies, want the 2 large ones", len(bodies))
+	}
+	var m insertRequest
+	m.decodeInto(data, chunkstore.New())
+	data.Free()
+	if m.err != nil {
+		t.Fatal(m.err)
+	}
+	for i, ch := range m.chunks {
+		want, _ := proto.Marshal(chunks[i])
+		if !bytes.Equal(ch.enc, want) {
+			t.Fatalf("chunks[%d]: bytes differ", i)
+		}
+		if i < 2 && (&ch.enc[0] != &bodies[i][0] || !ch.fromStore) {
+			t.Errorf("chunks[%d] was copied, not taken", i)
+		}
+	}
+	if pool.puts != 0 {
+		t.Errorf("%d taken buffers went back to their pool", pool.puts)
+	}
+
+	// The same chunk in a buffer with 8 KiB of other bytes after it: copied,
+	// and the buffer goes back.
+	enc, _ := proto.Marshal(chunks[0])
+	head := protowire.AppendVarint([]byte{0x0a}, uint64(len(enc)))
+	body := pool.Get(len(enc) + 8<<10)
+	copy(*body, enc)
+	clear((*body)[len(enc):])
+	// keep_chunk_keys, packed: 8 KiB of zero keys.
+	tail := protowire.AppendTag(nil, insertKeepField, protowire.BytesType)
+	tail = protowire.AppendVarint(tail, uint64(8<<10-len(tail)-2))
+	copy((*body)[len(enc):], tail)
+	var m2 insertRequest
+	data = mem.BufferSlice{mem.SliceBuffer(head), mem.NewBuffer(body, pool)}
+	m2.decodeInto(data, chunkstore.New())
+	data.Free()
+	if m2.err != nil {
+		t.Fatal(m2.err)
+	}
+	if len(m2.chunks) != 1 || &m2.chunks[0].enc[0] == &(*body)[0] {
+		t.Fatalf("a chunk with 8 KiB after it in its buffer was taken (err %v)", m2.err)
+	}
+	if pool.puts != 1 {
+		t.Errorf("the untaken buffer was put back %d times, want 1", pool.puts)
+	}
+}

@@ -7,10 +7,14 @@ import (
 	"os"
 	"time"
 
+	"github.com/reverie-rl/reverie/api/reverbpb"
+	"github.com/reverie-rl/reverie/internal/chunkstore"
 	"github.com/reverie-rl/reverie/server/h2grpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // The transports Config.Transport names.
@@ -75,6 +79,7 @@ func (s *Server) newRPCServer(sec secured) rpcServer {
 			StreamWindow: StreamWindowBytes,
 			ConnWindow:   ConnWindowBytes,
 			Pool:         transportPool,
+			Split:        chunkBodies{s.chunks}.split,
 			Logger:       s.log,
 		})
 	}
@@ -107,4 +112,53 @@ func (s *Server) newRPCServer(sec secured) rpcServer {
 			PermitWithoutStream: true,
 		}),
 	)
+}
+
+// insertStreamMethod is the full name of InsertStream.
+var insertStreamMethod = "/" + reverbpb.ReverbService_ServiceDesc.ServiceName + "/InsertStream"
+
+// chunkBodies lets reverie's own transport read each large chunk of an
+// insert request into a buffer of its own from the chunk store's
+// (AllocChunk). The chunk's encoding is then a buffer the store can keep
+// as it is, and the codec takes it instead of copying it
+// (sliceReader.take): one copy of each byte after the kernel's, out of the
+// connection's read buffer.
+type chunkBodies struct{ store *chunkstore.Store }
+
+// split is h2grpc's Options.Split: each chunk of 32 KiB or more goes into
+// a buffer of the store's of its own size, its tag and length into a small
+// one. Cutting stops at the first field that is not such a chunk: smaller
+// chunks, the items and the keys are read as usual.
+func (p chunkBodies) split(method string, left int, head []byte) (int, int, mem.BufferPool) {
+	if method != insertStreamMethod || len(head) < 2 ||
+		head[0] != byte(protowire.EncodeTag(insertChunksField, protowire.BytesType)) {
+		return 0, 0, nil
+	}
+	n, k := protowire.ConsumeVarint(head[1:])
+	if k < 0 || uint64(left-1-k) < n {
+		return 0, 0, nil
+	}
+	if n < chunkstore.RecycleMinBytes {
+		// Small chunks are copied as usual; a buffer each would cost more
+		// than it saves (a request of 400 B items holds thousands).
+		return 0, 0, nil
+	}
+	return 1 + k, int(n), p
+}
+
+// Get returns a buffer of the store's for the rest of a split request, or
+// one of the transport's if the store has none of that size.
+func (p chunkBodies) Get(n int) *[]byte {
+	if b := p.store.AllocChunk(n); b != nil {
+		return &b
+	}
+	return transportPool.Get(n)
+}
+
+// Put takes back a buffer the codec did not keep: a request that failed,
+// or whose chunk was a duplicate.
+func (p chunkBodies) Put(b *[]byte) {
+	if !p.store.FreeChunk(*b) {
+		transportPool.Put(b)
+	}
 }

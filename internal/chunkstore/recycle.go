@@ -103,6 +103,21 @@ func (s *Store) InsertOwned(m Meta, enc []byte) *Chunk {
 	return s.insert(m, enc, s.tier == nil && len(enc) >= recycleMinBytes && cap(enc) == classCap(len(enc)))
 }
 
+// RecycleMinBytes is the smallest chunk encoding whose buffer the store
+// reuses (AllocChunk).
+const RecycleMinBytes = recycleMinBytes
+
+// FreeChunk takes back a buffer AllocChunk returned that holds no chunk:
+// a request that failed before its chunk was inserted. It reports false,
+// and keeps nothing, if b is not of a size the store reuses.
+func (s *Store) FreeChunk(b []byte) bool {
+	if s.tier != nil || cap(b) < recycleMinBytes || cap(b) != classCap(cap(b)) {
+		return false
+	}
+	s.putFree(b)
+	return true
+}
+
 // putFree takes back the buffer of a released, unpinned chunk.
 func (s *Store) putFree(b []byte) {
 	c := cap(b)

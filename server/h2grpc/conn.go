@@ -501,6 +501,7 @@ func (c *conn) feed(s *stream, n int) error {
 				c.failRecv(s, status.Newf(codes.ResourceExhausted, "grpc: received message larger than max (%d vs. %d)", size, c.opts.MaxRecvMsgSize))
 			default:
 				s.msgLen, s.at = int(size), 0
+				s.asking, s.headLeft, s.bodyLeft = c.opts.Split != nil && s.msgLen >= c.opts.SplitMinBytes, 0, 0
 				if size == 0 {
 					c.deliver(s)
 				}
@@ -509,9 +510,19 @@ func (c *conn) feed(s *stream, n int) error {
 		}
 		if s.cur == nil || s.curAt == len(*s.cur) {
 			if s.cur != nil {
-				s.parts = append(s.parts, mem.NewBuffer(s.cur, c.opts.Pool))
+				s.parts = append(s.parts, mem.NewBuffer(s.cur, s.curPool))
 			}
-			s.cur, s.curAt = c.opts.Pool.Get(min(s.msgLen-s.at, maxPiece)), 0
+			if s.asking && s.headLeft == 0 && s.bodyLeft == 0 {
+				c.cutMessage(s, n)
+			}
+			size, pool := min(s.msgLen-s.at, maxPiece), c.opts.Pool
+			switch {
+			case s.headLeft > 0:
+				size, s.headLeft = s.headLeft, 0
+			case s.bodyLeft > 0:
+				size, pool, s.bodyLeft = s.bodyLeft, s.bodyPool, 0
+			}
+			s.cur, s.curPool, s.curAt = pool.Get(size), pool, 0
 		}
 		k := min(n, len(*s.cur)-s.curAt)
 		if _, err := io.ReadFull(c.br, (*s.cur)[s.curAt:s.curAt+k]); err != nil {
@@ -527,10 +538,23 @@ func (c *conn) feed(s *stream, n int) error {
 	return nil
 }
 
+// cutMessage asks Options.Split where the next buffers of s's message end, with n
+// bytes of the current frame left to read (n > 0).
+func (c *conn) cutMessage(s *stream, n int) {
+	left := s.msgLen - s.at
+	head, _ := c.br.Peek(min(n, left, 16))
+	k, m, pool := c.opts.Split(s.m.name, left, head)
+	if k < 0 || m < 0 || k+m == 0 || k+m > left || m > maxPiece || k > maxPiece || (m > 0 && pool == nil) {
+		s.asking = false
+		return
+	}
+	s.headLeft, s.bodyLeft, s.bodyPool = k, m, pool
+}
+
 // deliver queues the message just read for s's handler.
 func (c *conn) deliver(s *stream) {
 	if s.cur != nil {
-		s.parts = append(s.parts, mem.NewBuffer(s.cur, c.opts.Pool))
+		s.parts = append(s.parts, mem.NewBuffer(s.cur, s.curPool))
 	}
 	msg := s.parts
 	size := int64(s.msgLen) + 5
@@ -564,7 +588,7 @@ func (c *conn) failRecv(s *stream, st *status.Status) {
 func (c *conn) dropPartial(s *stream) {
 	s.parts.Free()
 	if s.cur != nil {
-		c.opts.Pool.Put(s.cur)
+		s.curPool.Put(s.cur)
 	}
 	s.parts, s.cur, s.curAt = nil, nil, 0
 }

@@ -75,6 +75,19 @@ type Options struct {
 	HandshakeTimeout time.Duration
 	// Pool holds the buffers messages are read into. Default: gRPC's.
 	Pool mem.BufferPool
+	// Split, if set, cuts large messages (SplitMinBytes or more) into
+	// buffers where it says, so that a codec can keep some of them as they
+	// are instead of copying out of them. It is called at the start of such
+	// a message on a call to method (its full name) and again after each
+	// cut it made, with left bytes of the message left and the next of them
+	// as far as the current frame has them (head, at most 16). It returns
+	// k, m and pool: the next k bytes go into a buffer of their own (from
+	// Pool), then m bytes into one buffer from pool. k = m = 0 stops the
+	// cutting: the rest of the message is read as any other.
+	Split func(method string, left int, head []byte) (k, m int, pool mem.BufferPool)
+	// SplitMinBytes is the smallest message Split is asked about.
+	// Default: 32 KiB.
+	SplitMinBytes int
 	// Logger reports connections that fail. Default: slog.Default().
 	Logger *slog.Logger
 }
@@ -93,6 +106,9 @@ func (o *Options) setDefaults() {
 		o.ConnWindow = 4 << 20
 	}
 	o.StreamWindow = min(o.StreamWindow, math.MaxInt32)
+	if o.SplitMinBytes <= 0 {
+		o.SplitMinBytes = 32 << 10
+	}
 	o.ConnWindow = min(max(o.ConnWindow, 65535), math.MaxInt32)
 	if o.MaxConcurrentStreams == 0 {
 		o.MaxConcurrentStreams = 4096

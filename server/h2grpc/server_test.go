@@ -25,6 +25,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
@@ -539,4 +541,76 @@ func TestServiceInfo(t *testing.T) {
 		}
 	}()
 	srv.RegisterService(&svcDesc, newSvc())
+}
+
+// recordingCodec is gRPC's proto codec, recording the buffers each message
+// it decodes arrived in.
+type recordingCodec struct {
+	encoding.CodecV2
+	mu   sync.Mutex
+	seen [][]int
+}
+
+func (c *recordingCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	var lens []int
+	for _, b := range data {
+		lens = append(lens, b.Len())
+	}
+	c.mu.Lock()
+	c.seen = append(c.seen, lens)
+	c.mu.Unlock()
+	return c.CodecV2.Unmarshal(data, v)
+}
+
+// TestSplit: Options.Split cuts large messages where it says, across
+// frames, and the messages arrive whole; a cut it cannot make (past the
+// message's end) is ignored.
+func TestSplit(t *testing.T) {
+	codec := &recordingCodec{CodecV2: encoding.GetCodecV2("proto")}
+	var calls atomic.Int64
+	split := func(method string, left int, head []byte) (int, int, mem.BufferPool) {
+		if method != "/"+svcName+"/Chat" {
+			t.Errorf("Split asked about %s", method)
+		}
+		switch calls.Add(1) {
+		case 1:
+			return 4, 20_000, mem.DefaultBufferPool()
+		case 2:
+			return 0, 30_000, mem.DefaultBufferPool()
+		case 3:
+			return 0, 0, nil
+		case 4:
+			return 1, left, mem.DefaultBufferPool() // past the end: ignored
+		}
+		return 0, 0, nil
+	}
+	_, _, addr := start(t, Options{Codec: codec, Split: split, SplitMinBytes: 10_000})
+	st, err := dial(t, addr).NewStream(ctxT(t), bidi, "/"+svcName+"/Chat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, size := range []int{100_000, 60_000, 500} {
+		in := bytes.Repeat([]byte{byte(i + 1), 2, 3}, size/3)
+		if err := st.SendMsg(wrapperspb.Bytes(in)); err != nil {
+			t.Fatal(err)
+		}
+		out := new(wrapperspb.BytesValue)
+		if err := st.RecvMsg(out); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(in, out.Value) {
+			t.Fatalf("message %d came back different", i)
+		}
+	}
+	codec.mu.Lock()
+	defer codec.mu.Unlock()
+	if got := codec.seen[0]; len(got) < 3 || got[0] != 4 || got[1] != 20_000 || got[2] != 30_000 {
+		t.Errorf("first message in buffers %v, want 4, 20000, 30000 and the rest", got)
+	}
+	if got := codec.seen[1]; len(got) != 1 {
+		t.Errorf("second message (an impossible cut) in buffers %v, want one", got)
+	}
+	if n := calls.Load(); n != 4 {
+		t.Errorf("Split called %d times, want 4 (the small message is not asked about)", n)
+	}
 }

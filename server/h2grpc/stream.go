@@ -33,14 +33,20 @@ type stream struct {
 
 	// The message being read (reader only): its 5-byte prefix, then
 	// msgLen bytes, at of them read into parts and cur.
-	prefix   [5]byte
-	np       int
-	msgLen   int
-	at       int
-	parts    mem.BufferSlice
-	cur      *[]byte
-	curAt    int
-	dropping bool // the rest of the client's data is dropped
+	prefix  [5]byte
+	np      int
+	msgLen  int
+	at      int
+	parts   mem.BufferSlice
+	cur     *[]byte
+	curPool mem.BufferPool // cur's
+	curAt   int
+	// Options.Split's cuts of the message being read: asking is set while
+	// it cuts; headLeft and bodyLeft are the sizes of the next buffers.
+	asking             bool
+	headLeft, bodyLeft int
+	bodyPool           mem.BufferPool
+	dropping           bool // the rest of the client's data is dropped
 
 	// Receive side (under mu).
 	msgs        []mem.BufferSlice // read and not yet taken by RecvMsg
