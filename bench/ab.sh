@@ -9,7 +9,7 @@
 #   MODE: insert | sample (section 5 table: uniform, FIFO, MinSize(1); sample
 #         first inserts 20,000 items with 4 clients, outside the measurement)
 #
-# Both servers are driven by NEW_BINARY's `reverie bench` with 8 clients,
+# Both servers are driven by NEW_BINARY's `reverie bench` with $CLIENTS clients (default 8),
 # plus any flags in $BENCH_FLAGS (for example "--in-flight 256"). Sample
 # runs first insert $PREFILL items (default 20,000) with 4 clients.
 # Server CPU is read from /proc/PID/stat around the measured run only.
@@ -36,7 +36,7 @@ run() {
   [[ $mode == sample ]] && "$new" bench --addr "localhost:$port" --table t --mode insert --payload "$payload" --clients 4 --items "${PREFILL:-20000}" >/dev/null
   local c0 c1
   c0=$(awk '{print $14+$15}' "/proc/$pid/stat")
-  "$new" bench --addr "localhost:$port" --table t --mode "$mode" --payload "$payload" --clients 8 --duration "${secs}s" --json ${BENCH_FLAGS:-} >"$dir/out.json"
+  "$new" bench --addr "localhost:$port" --table t --mode "$mode" --payload "$payload" --clients "${CLIENTS:-8}" --duration "${secs}s" --json ${BENCH_FLAGS:-} >"$dir/out.json"
   c1=$(awk '{print $14+$15}' "/proc/$pid/stat")
   kill -TERM "$pid"; wait "$pid" || true
   rm -rf "$run_dir"
