@@ -80,7 +80,9 @@ func (s *Server) newRPCServer(sec secured) rpcServer {
 			ConnWindow:   ConnWindowBytes,
 			Pool:         transportPool,
 			Split:        chunkBodies{s.chunks}.split,
-			Logger:       s.log,
+			// As the policy given to gRPC-Go's transport below.
+			KeepaliveMinTime: 5 * time.Second,
+			Logger:           s.log,
 		})
 	}
 	return grpc.NewServer(

@@ -81,6 +81,8 @@ type conn struct {
 	fieldBytes  int   // the decoded size of fields, as HTTP/2 counts it
 	fieldsOver  bool  // fields passed MaxHeaderBlock decoded
 	connRecv    int64 // connection window the client has left
+	lastPing    time.Time
+	pingStrikes int
 	connUnacked int64 // received on the connection and not yet returned
 
 	// running counts the handlers still running, for the stream limit.
@@ -111,6 +113,7 @@ type conn struct {
 	closed     bool // the reader has ended
 	stopWriter bool
 	draining   bool // GOAWAY sent: no new streams
+	sentData   bool // DATA or HEADERS written since the client's last PING
 	closeIdle  bool // drained and idle: the writer closes the connection
 
 	handlers sync.WaitGroup
@@ -335,6 +338,19 @@ func (c *conn) onPing(id uint32, flags http2.Flags, n int) error {
 	c.frameHeader(8, http2.FramePing, http2.FlagPingAck, 0)
 	c.write(p)
 	c.kick()
+	// Keepalive enforcement, as gRPC-Go's: a PING sooner than
+	// KeepaliveMinTime after the last, with nothing sent in between, is a
+	// strike; the third ends the connection.
+	now := time.Now()
+	switch {
+	case c.sentData:
+		c.sentData, c.pingStrikes = false, 0
+	case !c.lastPing.IsZero() && now.Sub(c.lastPing) < c.opts.KeepaliveMinTime:
+		if c.pingStrikes++; c.pingStrikes > 2 {
+			return connError{http2.ErrCodeEnhanceYourCalm, "too_many_pings"}
+		}
+	}
+	c.lastPing = now
 	return c.controlQueued(17)
 }
 
@@ -803,6 +819,7 @@ func (c *conn) goAway(last uint32, code http2.ErrCode, msg string) {
 // headerBlock writes the block in encBuf as HEADERS and, if it is larger
 // than a frame, CONTINUATION frames.
 func (c *conn) headerBlock(id uint32, end bool) {
+	c.sentData = true
 	b := c.encBuf.Bytes()
 	t, f := http2.FrameHeaders, http2.Flags(0)
 	if end {

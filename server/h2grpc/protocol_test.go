@@ -285,3 +285,23 @@ func TestStopDuringHandshake(t *testing.T) {
 		t.Fatalf("Stop took %v with a handshake pending", d)
 	}
 }
+
+// TestKeepaliveEnforcement: PINGs sooner than KeepaliveMinTime apart, with
+// nothing sent between them, end the connection at the third strike, as
+// gRPC-Go's policy does; PINGs spaced out, or answered by data, do not.
+func TestKeepaliveEnforcement(t *testing.T) {
+	_, _, addr := start(t, Options{KeepaliveMinTime: 200 * time.Millisecond})
+	c := dialRaw(t, addr)
+	for i := range 3 {
+		c.fr.WritePing(false, [8]byte{byte(i)})
+		time.Sleep(300 * time.Millisecond)
+	}
+	c.until("the third ack", func(f http2.Frame) bool {
+		p, ok := f.(*http2.PingFrame)
+		return ok && p.IsAck() && p.Data[0] == 2
+	})
+	for i := range 4 {
+		c.fr.WritePing(false, [8]byte{byte(10 + i)})
+	}
+	c.goAway(http2.ErrCodeEnhanceYourCalm)
+}

@@ -70,6 +70,13 @@ type Options struct {
 	MaxRecvMsgSize, MaxSendMsgSize int
 	// MaxHeaderBlock bounds a request's header block. Default: 64 KiB.
 	MaxHeaderBlock int
+	// KeepaliveMinTime is the least time a client must leave between
+	// PINGs while the server sends it nothing: as gRPC-Go's
+	// keepalive.EnforcementPolicy.MinTime, a client that pings more often
+	// three times running gets GOAWAY (ENHANCE_YOUR_CALM, "too_many_pings").
+	// PINGs are allowed with no stream open. Default: 5 minutes, as
+	// gRPC-Go's.
+	KeepaliveMinTime time.Duration
 	// HandshakeTimeout bounds the TLS handshake and the client's preface.
 	// Default: 20 s.
 	HandshakeTimeout time.Duration
@@ -121,6 +128,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.MaxHeaderBlock <= 0 {
 		o.MaxHeaderBlock = 64 << 10
+	}
+	if o.KeepaliveMinTime <= 0 {
+		o.KeepaliveMinTime = 5 * time.Minute
 	}
 	if o.HandshakeTimeout <= 0 {
 		o.HandshakeTimeout = 20 * time.Second

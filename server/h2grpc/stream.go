@@ -481,6 +481,7 @@ func (c *conn) pump(s *stream) {
 			break
 		}
 		c.frameHeader(k, http2.FrameData, 0, s.id)
+		c.sentData = true
 		c.connSend -= int64(k)
 		s.sendWin -= int64(k)
 		s.sendLeft -= k
