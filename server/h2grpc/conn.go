@@ -263,6 +263,22 @@ func (c *conn) loop() error {
 			err = c.onWindowUpdate(id, n)
 		case http2.FramePushPromise:
 			err = connError{http2.ErrCodeProtocol, "PUSH_PROMISE from a client"}
+		case http2.FramePriority:
+			// Priorities are ignored, but the frame must be well formed.
+			switch {
+			case id == 0:
+				err = connError{http2.ErrCodeProtocol, "PRIORITY on stream 0"}
+			case n != 5:
+				if _, err = c.br.Discard(n); err == nil {
+					c.mu.Lock()
+					c.rst(id, http2.ErrCodeFrameSize)
+					c.kick()
+					err = c.controlQueued(13)
+					c.mu.Unlock()
+				}
+			default:
+				_, err = c.br.Discard(n)
+			}
 		default: // PRIORITY and unknown frames are ignored
 			_, err = c.br.Discard(n)
 		}
@@ -322,6 +338,7 @@ func (c *conn) onSettings(id uint32, flags http2.Flags, n int) error {
 	}
 	c.frameHeader(0, http2.FrameSettings, http2.FlagSettingsAck, 0)
 	c.pumpAll()
+	c.kick() // the acknowledgement goes now, not with the next write
 	return c.controlQueued(9)
 }
 
@@ -381,7 +398,17 @@ func (c *conn) onWindowUpdate(id uint32, n int) error {
 		c.pumpAll()
 		return nil
 	}
-	if s := c.streams[id]; s != nil && inc > 0 {
+	if inc == 0 {
+		// A stream error (RFC 9113, 6.9).
+		if s := c.streams[id]; s != nil {
+			c.resetStream(s, http2.ErrCodeProtocol, status.New(codes.Internal, "h2grpc: WINDOW_UPDATE of 0"))
+		} else {
+			c.rst(id, http2.ErrCodeProtocol)
+			c.kick()
+		}
+		return c.controlQueued(13)
+	}
+	if s := c.streams[id]; s != nil {
 		if s.sendWin += inc; s.sendWin > 1<<31-1 {
 			c.resetStream(s, http2.ErrCodeFlowControl, status.New(codes.Internal, "h2grpc: stream window over 2^31-1"))
 			return nil

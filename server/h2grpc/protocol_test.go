@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"testing"
@@ -304,4 +305,77 @@ func TestKeepaliveEnforcement(t *testing.T) {
 		c.fr.WritePing(false, [8]byte{byte(10 + i)})
 	}
 	c.goAway(http2.ErrCodeEnhanceYourCalm)
+}
+
+// TestSettingsAckedAtOnce: a SETTINGS frame on an idle connection is
+// acknowledged without waiting for other frames to write (h2spec found
+// the acknowledgement waiting for the next write).
+func TestSettingsAckedAtOnce(t *testing.T) {
+	_, _, addr := start(t, Options{})
+	c := dialRaw(t, addr)
+	c.until("the server's SETTINGS and the ack of the client's", func(f http2.Frame) bool {
+		s, ok := f.(*http2.SettingsFrame)
+		return ok && s.IsAck()
+	})
+	c.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1 << 16})
+	c.nc.SetReadDeadline(time.Now().Add(2 * time.Second))
+	c.until("the ack of a second SETTINGS", func(f http2.Frame) bool {
+		s, ok := f.(*http2.SettingsFrame)
+		return ok && s.IsAck()
+	})
+}
+
+// TestMalformedRequests: a malformed header list is a stream error
+// (RST_STREAM PROTOCOL_ERROR), and the connection serves on. So are a
+// PRIORITY frame of the wrong size and a WINDOW_UPDATE of 0 on a stream.
+func TestMalformedRequests(t *testing.T) {
+	_, _, addr := start(t, Options{})
+	c := dialRaw(t, addr)
+	base := [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", "/" + svcName + "/Echo"}, {"content-type", "application/grpc"}}
+	cases := [][][2]string{
+		append([][2]string{{":path", "/x/Y"}}, base...),                      // :path twice
+		append(append([][2]string{}, base...), [2]string{":authority", "x"}), // pseudo after regular
+		append(append([][2]string{}, base...), [2]string{"X-Upper", "1"}),
+		append(append([][2]string{}, base...), [2]string{"connection", "close"}),
+		append(append([][2]string{}, base...), [2]string{"te", "gzip"}),
+		append([][2]string{{":status", "200"}}, base...),
+	}
+	id := uint32(1)
+	for i, fields := range cases {
+		var buf bytes.Buffer
+		enc := hpack.NewEncoder(&buf)
+		for _, f := range fields {
+			enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+		}
+		c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: buf.Bytes(), EndHeaders: true, EndStream: true})
+		want := id
+		c.until(fmt.Sprintf("case %d: RST_STREAM PROTOCOL_ERROR on stream %d", i, want), func(f http2.Frame) bool {
+			r, ok := f.(*http2.RSTStreamFrame)
+			if ok && (r.StreamID != want || r.ErrCode != http2.ErrCodeProtocol) {
+				t.Fatalf("case %d: RST_STREAM %v on stream %d", i, r.ErrCode, r.StreamID)
+			}
+			if h, isH := f.(*http2.MetaHeadersFrame); isH && h.StreamID == want {
+				t.Fatalf("case %d: answered with headers %v", i, h.Fields)
+			}
+			return ok
+		})
+		id += 2
+	}
+	c.fr.WriteRawFrame(http2.FramePriority, 0, id, []byte{0, 0, 0})
+	c.until("RST_STREAM FRAME_SIZE_ERROR for a short PRIORITY", func(f http2.Frame) bool {
+		r, ok := f.(*http2.RSTStreamFrame)
+		return ok && r.StreamID == id && r.ErrCode == http2.ErrCodeFrameSize
+	})
+	c.headers(id+2, "/"+svcName+"/Block", false)
+	c.fr.WriteRawFrame(http2.FrameWindowUpdate, 0, id+2, []byte{0, 0, 0, 0})
+	c.until("RST_STREAM PROTOCOL_ERROR for a WINDOW_UPDATE of 0", func(f http2.Frame) bool {
+		r, ok := f.(*http2.RSTStreamFrame)
+		return ok && r.StreamID == id+2 && r.ErrCode == http2.ErrCodeProtocol
+	})
+	// The connection serves on.
+	c.fr.WritePing(false, [8]byte{7})
+	c.until("PING ack", func(f http2.Frame) bool {
+		p, ok := f.(*http2.PingFrame)
+		return ok && p.IsAck() && p.Data[0] == 7
+	})
 }

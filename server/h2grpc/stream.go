@@ -88,6 +88,15 @@ type request struct {
 
 // open starts stream id for the decoded header fields (reader only).
 func (c *conn) open(id uint32, fields []hpack.HeaderField, end bool) {
+	if reason := malformed(fields); reason != "" {
+		// A malformed request is a stream error (RFC 9113, 8.1.1).
+		c.mu.Lock()
+		c.rst(id, http2.ErrCodeProtocol)
+		c.kick()
+		c.controlQueued(13)
+		c.mu.Unlock()
+		return
+	}
 	req, st, httpStatus := parseRequest(fields)
 	var m *method
 	if st == nil {
@@ -148,6 +157,47 @@ func splitPath(path string) (service, method string) {
 		return p[:i], p[i+1:]
 	}
 	return p, ""
+}
+
+// requestPseudo numbers the pseudo-headers a request may have.
+var requestPseudo = map[string]int{":method": 0, ":scheme": 1, ":path": 2, ":authority": 3}
+
+// malformed returns what makes a request's header list malformed in
+// HTTP/2's terms (RFC 9113, 8.2 and 8.3), or "".
+func malformed(fields []hpack.HeaderField) string {
+	regular := false
+	var seen [4]bool
+	for _, f := range fields {
+		for i := 0; i < len(f.Name); i++ {
+			if c := f.Name[i]; 'A' <= c && c <= 'Z' {
+				return "upper-case header name " + f.Name
+			}
+		}
+		if strings.HasPrefix(f.Name, ":") {
+			if regular {
+				return "pseudo-header " + f.Name + " after a regular header"
+			}
+			k, ok := requestPseudo[f.Name]
+			if !ok {
+				return "pseudo-header " + f.Name + " in a request"
+			}
+			if seen[k] {
+				return "pseudo-header " + f.Name + " twice"
+			}
+			seen[k] = true
+			continue
+		}
+		regular = true
+		switch f.Name {
+		case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade":
+			return "connection-specific header " + f.Name
+		case "te":
+			if f.Value != "trailers" {
+				return "te other than trailers"
+			}
+		}
+	}
+	return ""
 }
 
 // parseRequest reads a request's header fields. A request gRPC cannot
