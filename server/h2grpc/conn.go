@@ -790,12 +790,7 @@ func (c *conn) writeLoop() {
 }
 
 // kick wakes the writer (under mu, after queueing).
-func (c *conn) kick() {
-	select {
-	case c.wake <- struct{}{}:
-	default:
-	}
-}
+func (c *conn) kick() { signal(c.wake) }
 
 func signal(ch chan struct{}) {
 	select {

@@ -157,10 +157,9 @@ type Server struct {
 	conns     map[*conn]struct{}
 	shaking   map[net.Conn]struct{} // accepted, in their handshake
 	serving   bool                  // a call to Serve has begun; no more registrations
-	draining  bool
-	stopped   bool
-	connsDone sync.WaitGroup // the goroutine of each accepted connection
-	serves    sync.WaitGroup // running calls to Serve
+	closed    bool                  // GracefulStop or Stop has begun
+	connsDone sync.WaitGroup        // the goroutine of each accepted connection
+	serves    sync.WaitGroup        // running calls to Serve
 }
 
 // method is one registered method and the service value it calls.
@@ -244,7 +243,7 @@ func (s *Server) lookup(path string) *method {
 func (s *Server) Serve(l net.Listener) error {
 	s.mu.Lock()
 	s.serving = true
-	if s.stopped || s.draining {
+	if s.closed {
 		s.mu.Unlock()
 		l.Close()
 		return grpc.ErrServerStopped
@@ -265,7 +264,7 @@ func (s *Server) Serve(l net.Listener) error {
 		nc, err := l.Accept()
 		if err != nil {
 			s.mu.Lock()
-			done := s.stopped || s.draining
+			done := s.closed
 			s.mu.Unlock()
 			if done {
 				return nil
@@ -283,7 +282,7 @@ func (s *Server) Serve(l net.Listener) error {
 		}
 		backoff = 0
 		s.mu.Lock()
-		if s.stopped || s.draining {
+		if s.closed {
 			s.mu.Unlock()
 			nc.Close()
 			return nil
@@ -312,7 +311,7 @@ func (s *Server) handle(nc net.Conn) {
 	}
 	c := newConn(s, conn, auth)
 	s.mu.Lock()
-	if s.stopped || s.draining {
+	if s.closed {
 		s.mu.Unlock()
 		conn.Close()
 		return
@@ -333,13 +332,7 @@ func (s *Server) handle(nc net.Conn) {
 // connection closes once its streams have ended.
 func (s *Server) GracefulStop() {
 	s.mu.Lock()
-	s.draining = true
-	for l := range s.listeners {
-		l.Close()
-	}
-	for nc := range s.shaking {
-		nc.Close()
-	}
+	s.closeListeners()
 	for c := range s.conns {
 		c.drain()
 	}
@@ -353,19 +346,25 @@ func (s *Server) GracefulStop() {
 // to return.
 func (s *Server) Stop() {
 	s.mu.Lock()
-	s.stopped = true
-	for l := range s.listeners {
-		l.Close()
-	}
-	for nc := range s.shaking {
-		nc.Close()
-	}
+	s.closeListeners()
 	for c := range s.conns {
 		c.nc.Close()
 	}
 	s.mu.Unlock()
 	s.serves.Wait()
 	s.connsDone.Wait()
+}
+
+// closeListeners marks s closed, closes its listeners and the connections
+// still in their handshake (under mu).
+func (s *Server) closeListeners() {
+	s.closed = true
+	for l := range s.listeners {
+		l.Close()
+	}
+	for nc := range s.shaking {
+		nc.Close()
+	}
 }
 
 func isClosedErr(err error) bool {

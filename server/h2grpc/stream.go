@@ -224,11 +224,8 @@ func parseRequest(fields []hpack.HeaderField) (request, *status.Status, int) {
 				return r, status.Newf(codes.Internal, "malformed grpc-timeout: %v", err), 400
 			}
 			r.timeout, r.hasTimeout = d, true
-		case "te", "grpc-message-type", "grpc-message", "grpc-status", "grpc-status-details-bin", "connection":
-		default:
-			if strings.HasPrefix(f.Name, ":") {
-				return r, status.Newf(codes.Internal, "unknown pseudo-header %s", f.Name), 400
-			}
+		case "te", "grpc-message-type", "grpc-message", "grpc-status", "grpc-status-details-bin":
+		default: // metadata; malformed has refused other pseudo-headers
 			v := f.Value
 			if strings.HasSuffix(f.Name, "-bin") {
 				b, err := decodeBin(v)
@@ -482,10 +479,15 @@ func (t transportStream) SetTrailer(md metadata.MD) error { t.s.SetTrailer(md); 
 // sendHeaders gathers s's response headers (under mu).
 func (c *conn) sendHeaders(s *stream) {
 	c.encBuf.Reset()
+	c.responseHead(s)
+	c.headerBlock(s.id, false)
+}
+
+// responseHead encodes s's response headers into encBuf (under mu).
+func (c *conn) responseHead(s *stream) {
 	c.field(":status", "200")
 	c.field("content-type", "application/grpc")
 	c.fields(s.header)
-	c.headerBlock(s.id, false)
 	s.headersSent = true
 }
 
@@ -587,10 +589,7 @@ func (c *conn) pumpAll() {
 func (c *conn) sendTrailers(s *stream) {
 	c.encBuf.Reset()
 	if !s.headersSent {
-		c.field(":status", "200")
-		c.field("content-type", "application/grpc")
-		c.fields(s.header)
-		s.headersSent = true
+		c.responseHead(s) // trailers only
 	}
 	c.statusFields(s.st)
 	c.fields(s.trailer)
