@@ -75,7 +75,12 @@ type conn struct {
 	block       []byte // a header block gathered from HEADERS and CONTINUATION
 	blockStream uint32
 	blockFlags  http2.Flags
+	blockSelf   bool // the block's HEADERS made its stream depend on itself
 	inBlock     bool
+	// ended and resetBy record the recent streams the client has ended
+	// (END_STREAM) and reset, for its frames on them after that.
+	ended       idSet
+	resetBy     idSet
 	frame       []byte // scratch for control frames' payloads
 	hfields     []hpack.HeaderField
 	fieldBytes  int   // the decoded size of fields, as HTTP/2 counts it
@@ -270,14 +275,14 @@ func (c *conn) loop() error {
 				err = connError{http2.ErrCodeProtocol, "PRIORITY on stream 0"}
 			case n != 5:
 				if _, err = c.br.Discard(n); err == nil {
-					c.mu.Lock()
-					c.rst(id, http2.ErrCodeFrameSize)
-					c.kick()
-					err = c.controlQueued(13)
-					c.mu.Unlock()
+					err = c.streamError(id, http2.ErrCodeFrameSize, "PRIORITY frame of the wrong size")
 				}
 			default:
-				_, err = c.br.Discard(n)
+				var p []byte
+				if p, err = c.readFrame(n, 5); err == nil && binary.BigEndian.Uint32(p)&0x7fffffff == id {
+					// A stream error (RFC 9113, 5.3.1).
+					err = c.streamError(id, http2.ErrCodeProtocol, "a stream that depends on itself")
+				}
 			}
 		default: // PRIORITY and unknown frames are ignored
 			_, err = c.br.Discard(n)
@@ -334,6 +339,10 @@ func (c *conn) onSettings(id uint32, flags http2.Flags, n int) error {
 			c.peerMax = int(v)
 		case http2.SettingHeaderTableSize:
 			c.enc.SetMaxDynamicTableSizeLimit(v)
+		case http2.SettingEnablePush:
+			if v > 1 {
+				return connError{http2.ErrCodeProtocol, fmt.Sprintf("SETTINGS_ENABLE_PUSH of %d", v)}
+			}
 		}
 	}
 	c.frameHeader(0, http2.FrameSettings, http2.FlagSettingsAck, 0)
@@ -398,6 +407,9 @@ func (c *conn) onWindowUpdate(id uint32, n int) error {
 		c.pumpAll()
 		return nil
 	}
+	if c.idle(id) {
+		return connError{http2.ErrCodeProtocol, fmt.Sprintf("WINDOW_UPDATE on idle stream %d", id)}
+	}
 	if inc == 0 {
 		// A stream error (RFC 9113, 6.9).
 		if s := c.streams[id]; s != nil {
@@ -429,9 +441,10 @@ func (c *conn) onReset(id uint32, n int) error {
 	code := http2.ErrCode(binary.BigEndian.Uint32(p))
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if id > c.lastID {
+	if c.idle(id) {
 		return connError{http2.ErrCodeProtocol, fmt.Sprintf("RST_STREAM on idle stream %d", id)}
 	}
+	c.resetBy.add(id)
 	if s := c.streams[id]; s != nil {
 		c.closeStream(s, status.New(codes.Canceled, "h2grpc: the client reset the stream: "+code.String()))
 	}
@@ -456,20 +469,44 @@ func (c *conn) onData(id uint32, flags http2.Flags, n int) error {
 		c.connUnacked = 0
 		c.kick()
 	}
-	if id > c.lastID {
+	if c.idle(id) {
 		c.mu.Unlock()
 		return connError{http2.ErrCodeProtocol, fmt.Sprintf("DATA on idle stream %d", id)}
 	}
 	s := c.streams[id]
-	if s != nil && !s.recvDone {
+	switch {
+	case c.ended.has(id) || (s != nil && s.recvDone):
+		// DATA after the client's END_STREAM (RFC 9113, 5.1): a stream
+		// error while the stream is open, a connection error once closed.
+		if s == nil {
+			c.mu.Unlock()
+			return connError{http2.ErrCodeStreamClosed, fmt.Sprintf("DATA on stream %d after its END_STREAM", id)}
+		}
+		c.resetStream(s, http2.ErrCodeStreamClosed, status.New(codes.Internal, "h2grpc: DATA after END_STREAM"))
+		s = nil
+		if err := c.controlQueued(13); err != nil {
+			c.mu.Unlock()
+			return err
+		}
+	case c.resetBy.has(id):
+		// DATA after the client's RST_STREAM: a stream error.
+		c.rst(id, http2.ErrCodeStreamClosed)
+		c.kick()
+		s = nil
+		if err := c.controlQueued(13); err != nil {
+			c.mu.Unlock()
+			return err
+		}
+	case s != nil:
 		if s.recvWin -= int64(n); s.recvWin < 0 {
 			c.mu.Unlock()
 			return connError{http2.ErrCodeFlowControl, fmt.Sprintf("DATA beyond stream %d's window", id)}
 		}
 		s.unacked += int64(n)
 		c.maybeReturn(s)
-	} else {
-		s = nil // closed or half-closed by the client: drop its data
+	default:
+		// Closed by the server, which may have reset it: the client's
+		// DATA may have been on its way. Dropped.
 	}
 	c.mu.Unlock()
 
@@ -489,6 +526,9 @@ func (c *conn) onData(id uint32, flags http2.Flags, n int) error {
 	}
 	if s == nil {
 		_, err := c.br.Discard(n)
+		if flags&http2.FlagDataEndStream != 0 {
+			c.ended.add(id)
+		}
 		return err
 	}
 	if err := c.feed(s, n-pad); err != nil {
@@ -498,9 +538,30 @@ func (c *conn) onData(id uint32, flags http2.Flags, n int) error {
 		return err
 	}
 	if flags&http2.FlagDataEndStream != 0 {
+		c.ended.add(id)
 		c.endOfClient(s)
 	}
 	return nil
+}
+
+// idle reports whether stream id is idle: never opened by the client,
+// which opens odd ids in order (the server opens none). Reader only.
+func (c *conn) idle(id uint32) bool {
+	return id > c.lastID || id%2 == 0
+}
+
+// streamError answers a stream error on stream id, open or not, with
+// RST_STREAM (RFC 9113, 5.4.2).
+func (c *conn) streamError(id uint32, code http2.ErrCode, reason string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s := c.streams[id]; s != nil {
+		c.resetStream(s, code, status.New(codes.Internal, "h2grpc: "+reason))
+	} else {
+		c.rst(id, code)
+		c.kick()
+	}
+	return c.controlQueued(13)
 }
 
 // maybeReturn returns a stream's window to the client once a quarter of
@@ -671,13 +732,15 @@ func (c *conn) onHeaders(typ http2.FrameType, id uint32, flags http2.Flags, n in
 			}
 			p = p[1 : len(p)-int(p[0])]
 		}
+		self := false
 		if flags&http2.FlagHeadersPriority != 0 {
 			if len(p) < 5 {
 				return connError{http2.ErrCodeProtocol, "HEADERS too short for its priority"}
 			}
+			self = binary.BigEndian.Uint32(p)&0x7fffffff == id
 			p = p[5:]
 		}
-		c.block, c.blockStream, c.blockFlags, c.inBlock = c.block[:0], id, flags, true
+		c.block, c.blockStream, c.blockFlags, c.blockSelf, c.inBlock = c.block[:0], id, flags, self, true
 	}
 	if len(c.block)+len(p) > c.opts.MaxHeaderBlock {
 		return connError{http2.ErrCodeEnhanceYourCalm, fmt.Sprintf("header block over %d bytes", c.opts.MaxHeaderBlock)}
@@ -709,6 +772,7 @@ func (c *conn) onHeaders(typ http2.FrameType, id uint32, flags http2.Flags, n in
 			return connError{http2.ErrCodeProtocol, "second HEADERS without END_STREAM"}
 		}
 		if !s.recvDone {
+			c.ended.add(id)
 			c.endOfClient(s)
 		}
 		return nil
@@ -721,6 +785,20 @@ func (c *conn) onHeaders(typ http2.FrameType, id uint32, flags http2.Flags, n in
 		return connError{http2.ErrCodeProtocol, fmt.Sprintf("HEADERS opening stream %d", id)}
 	}
 	c.lastID = id
+	c.ended.advance(id)
+	c.resetBy.advance(id)
+	if end {
+		c.ended.add(id)
+	}
+	if c.blockSelf {
+		// A stream error (RFC 9113, 5.3.1); the block was still decoded,
+		// to keep the decoder's table in step with the client's.
+		c.rst(id, http2.ErrCodeProtocol)
+		c.kick()
+		err := c.controlQueued(13)
+		c.mu.Unlock()
+		return err
+	}
 	if c.draining || c.closed || c.running.Load() >= int32(c.opts.MaxConcurrentStreams) {
 		// The client retries a refused stream elsewhere or later.
 		c.rst(id, http2.ErrCodeRefusedStream)

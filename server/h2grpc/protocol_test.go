@@ -117,6 +117,32 @@ func TestProtocolErrors(t *testing.T) {
 		c.headers(2, "/"+svcName+"/Echo", true)
 		c.goAway(http2.ErrCodeProtocol)
 	})
+	t.Run("WINDOW_UPDATE on an idle stream", func(t *testing.T) {
+		c := dialRaw(t, addr)
+		c.fr.WriteWindowUpdate(3, 100)
+		c.goAway(http2.ErrCodeProtocol)
+	})
+	t.Run("RST_STREAM on an even stream", func(t *testing.T) {
+		c := dialRaw(t, addr)
+		c.headers(1, "/"+svcName+"/Block", false)
+		c.fr.WriteRSTStream(2, http2.ErrCodeCancel)
+		c.goAway(http2.ErrCodeProtocol)
+	})
+	t.Run("SETTINGS_ENABLE_PUSH of 2", func(t *testing.T) {
+		c := dialRaw(t, addr)
+		c.fr.WriteSettings(http2.Setting{ID: http2.SettingEnablePush, Val: 2})
+		c.goAway(http2.ErrCodeProtocol)
+	})
+	t.Run("DATA on a closed stream after END_STREAM", func(t *testing.T) {
+		c := dialRaw(t, addr)
+		c.headers(1, "/"+svcName+"/Nope", true) // answered and closed at once
+		c.until("the answer", func(f http2.Frame) bool {
+			h, ok := f.(*http2.MetaHeadersFrame)
+			return ok && h.StreamID == 1 && h.StreamEnded()
+		})
+		c.fr.WriteData(1, false, []byte("x"))
+		c.goAway(http2.ErrCodeStreamClosed)
+	})
 	t.Run("window overflow", func(t *testing.T) {
 		c := dialRaw(t, addr)
 		c.fr.WriteWindowUpdate(0, 1<<31-1)
@@ -187,10 +213,10 @@ func TestRequestHeaders(t *testing.T) {
 		http   string
 		grpc   string
 	}{
-		{"GET", [][2]string{{":method", "GET"}, {":path", "/" + svcName + "/Echo"}, {"content-type", "application/grpc"}}, "405", "13"},
-		{"not gRPC", [][2]string{{":method", "POST"}, {":path", "/" + svcName + "/Echo"}, {"content-type", "text/plain"}}, "415", "13"},
-		{"gzip", [][2]string{{":method", "POST"}, {":path", "/" + svcName + "/Echo"}, {"content-type", "application/grpc"}, {"grpc-encoding", "gzip"}}, "200", "12"},
-		{"bad timeout", [][2]string{{":method", "POST"}, {":path", "/" + svcName + "/Echo"}, {"content-type", "application/grpc"}, {"grpc-timeout", "1x"}}, "400", "13"},
+		{"GET", [][2]string{{":method", "GET"}, {":scheme", "http"}, {":path", "/" + svcName + "/Echo"}, {"content-type", "application/grpc"}}, "405", "13"},
+		{"not gRPC", [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", "/" + svcName + "/Echo"}, {"content-type", "text/plain"}}, "415", "13"},
+		{"gzip", [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", "/" + svcName + "/Echo"}, {"content-type", "application/grpc"}, {"grpc-encoding", "gzip"}}, "200", "12"},
+		{"bad timeout", [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", "/" + svcName + "/Echo"}, {"content-type", "application/grpc"}, {"grpc-timeout", "1x"}}, "400", "13"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, addr := start(t, Options{})
@@ -339,6 +365,10 @@ func TestMalformedRequests(t *testing.T) {
 		append(append([][2]string{}, base...), [2]string{"connection", "close"}),
 		append(append([][2]string{}, base...), [2]string{"te", "gzip"}),
 		append([][2]string{{":status", "200"}}, base...),
+		base[1:], // no :method
+		append([][2]string{base[0]}, base[2:]...),               // no :scheme
+		append(append([][2]string{}, base[:2]...), base[3:]...), // no :path
+		append(append([][2]string{}, base[:2]...), [2]string{":path", ""}, base[3]),
 	}
 	id := uint32(1)
 	for i, fields := range cases {
@@ -372,10 +402,83 @@ func TestMalformedRequests(t *testing.T) {
 		r, ok := f.(*http2.RSTStreamFrame)
 		return ok && r.StreamID == id+2 && r.ErrCode == http2.ErrCodeProtocol
 	})
+	id += 4
+	c.fr.WritePriority(id, http2.PriorityParam{StreamDep: id})
+	c.until("RST_STREAM PROTOCOL_ERROR for a stream depending on itself", func(f http2.Frame) bool {
+		r, ok := f.(*http2.RSTStreamFrame)
+		return ok && r.StreamID == id && r.ErrCode == http2.ErrCodeProtocol
+	})
+	// DATA after the client's END_STREAM on a stream still open, and
+	// after its RST_STREAM: stream errors.
+	id += 2
+	c.headers(id, "/"+svcName+"/Block", true)
+	c.fr.WriteData(id, false, []byte("x"))
+	c.until("RST_STREAM STREAM_CLOSED for DATA after END_STREAM", func(f http2.Frame) bool {
+		r, ok := f.(*http2.RSTStreamFrame)
+		return ok && r.StreamID == id && r.ErrCode == http2.ErrCodeStreamClosed
+	})
+	id += 2
+	c.headers(id, "/"+svcName+"/Block", false)
+	c.fr.WriteRSTStream(id, http2.ErrCodeCancel)
+	c.fr.WriteData(id, false, []byte("x"))
+	c.until("RST_STREAM STREAM_CLOSED for DATA after RST_STREAM", func(f http2.Frame) bool {
+		r, ok := f.(*http2.RSTStreamFrame)
+		return ok && r.StreamID == id && r.ErrCode == http2.ErrCodeStreamClosed
+	})
+	// DATA on a stream the server ended while the client's side was open
+	// may have been on its way: it is dropped, not an error.
+	id += 2
+	c.headers(id, "/"+svcName+"/Nope", false)
+	c.until("the answer", func(f http2.Frame) bool {
+		r, ok := f.(*http2.RSTStreamFrame)
+		return ok && r.StreamID == id && r.ErrCode == http2.ErrCodeNo
+	})
+	c.fr.WriteData(id, true, []byte("x"))
 	// The connection serves on.
 	c.fr.WritePing(false, [8]byte{7})
 	c.until("PING ack", func(f http2.Frame) bool {
 		p, ok := f.(*http2.PingFrame)
 		return ok && p.IsAck() && p.Data[0] == 7
+	})
+}
+
+// TestSelfDependentHeaders: HEADERS making its stream depend on itself is
+// a stream error, and its header block is still decoded, so that the
+// client's next request, which refers to entries the block added to the
+// HPACK table, is understood.
+func TestSelfDependentHeaders(t *testing.T) {
+	_, _, addr := start(t, Options{})
+	c := dialRaw(t, addr)
+	var buf bytes.Buffer
+	enc := hpack.NewEncoder(&buf)
+	block := func(path string) []byte {
+		buf.Reset()
+		for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", path}, {"content-type", "application/grpc"}, {"x-first", "kept"}} {
+			enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+		}
+		return bytes.Clone(buf.Bytes())
+	}
+	c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block("/" + svcName + "/Echo"), EndHeaders: true, EndStream: true, Priority: http2.PriorityParam{StreamDep: 1}})
+	c.until("RST_STREAM PROTOCOL_ERROR on stream 1", func(f http2.Frame) bool {
+		r, ok := f.(*http2.RSTStreamFrame)
+		return ok && r.StreamID == 1 && r.ErrCode == http2.ErrCodeProtocol
+	})
+	// The same fields again, now as references to the table.
+	c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 3, BlockFragment: block("/" + svcName + "/Echo"), EndHeaders: true})
+	c.fr.WriteData(3, true, []byte{0, 0, 0, 0, 0}) // an empty message
+	c.until("the answer on stream 3", func(f http2.Frame) bool {
+		h, ok := f.(*http2.MetaHeadersFrame)
+		if ok && h.StreamID == 3 && h.StreamEnded() {
+			if got := h.PseudoValue("status"); got != "" {
+				t.Fatalf("trailers-only answer with :status %q: %v", got, h.Fields)
+			}
+			for _, f := range h.Fields {
+				if f.Name == "grpc-status" && f.Value != "0" {
+					t.Fatalf("grpc-status %s: %v", f.Value, h.Fields)
+				}
+			}
+			return true
+		}
+		return false
 	})
 }

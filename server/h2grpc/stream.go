@@ -184,6 +184,9 @@ func malformed(fields []hpack.HeaderField) string {
 			if seen[k] {
 				return "pseudo-header " + f.Name + " twice"
 			}
+			if f.Name == ":path" && f.Value == "" {
+				return "empty :path"
+			}
 			seen[k] = true
 			continue
 		}
@@ -195,6 +198,13 @@ func malformed(fields []hpack.HeaderField) string {
 			if f.Value != "trailers" {
 				return "te other than trailers"
 			}
+		}
+	}
+	// Every request but CONNECT, which gRPC does not use, names all
+	// three (8.3.1).
+	for k, name := range [...]string{":method", ":scheme", ":path"} {
+		if !seen[k] {
+			return "no " + name + " pseudo-header"
 		}
 	}
 	return ""
