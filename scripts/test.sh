@@ -64,3 +64,6 @@ step "reverie's own transport: Go suites, pytest and conformance with REVERIE_TR
 REVERIE_TRANSPORT=own go test -race -count=1 -timeout 15m ./server/... ./client/... ./cmd/...
 REVERIE_TRANSPORT=own python/scripts/test.sh reverie
 REVERIE_TRANSPORT=own scripts/conformance.sh
+
+step "reverie's own transport: HTTP/2 conformance with h2spec (scripts/h2spec.sh)"
+scripts/h2spec.sh
