@@ -33,6 +33,9 @@ run() {
   run_dir=$(mktemp -d "$dir/run.XXXX")
   "$bin" serve --config "$dir/cfg.yaml" --listen "localhost:$port" "${@//@DIR@/$run_dir}" >"$dir/serve.log" 2>&1 &
   pid=$!
+  # Wait until it serves: many clients connecting at once to a server
+  # still starting can run out their dial timeout in reconnect backoff.
+  for _ in $(seq 200); do grep -q "reverie serving" "$dir/serve.log" && break; sleep 0.05; done
   [[ $mode == sample ]] && "$new" bench --addr "localhost:$port" --table t --mode insert --payload "$payload" --clients 4 --items "${PREFILL:-20000}" >/dev/null
   local c0 c1
   c0=$(awk '{print $14+$15}' "/proc/$pid/stat")

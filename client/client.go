@@ -51,6 +51,12 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32), grpc.MaxCallSendMsgSize(math.MaxInt32)),
 		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig": [{"round_robin":{}}]}`),
+		// No service config from the name resolver: gRPC-Go's DNS resolver
+		// would otherwise look up a TXT record (_grpc_config.HOST) on every
+		// Dial, even of localhost, and wait for it before connecting; where
+		// the DNS server is slow to answer that, a Dial waited its 5 s
+		// timeout. The client's own config above is the one used.
+		grpc.WithDisableServiceConfig(),
 		experimental.WithBufferPool(wirePool),
 	}, o.dialOpts...)
 	conn, err := grpc.NewClient(addr, dialOpts...)
