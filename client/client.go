@@ -42,6 +42,8 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 
 // Dial connects to addr ("host:port", "dns:///name:port" or
 // "unix:///path") and waits until the connection is ready or ctx ends.
+// Calls are spread over all of a name's addresses (round_robin); no
+// service config is taken from the name resolver (DNS TXT records).
 func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 	var o options
 	for _, opt := range opts {
