@@ -31,7 +31,7 @@ genproto-check:
 fuzz:
 	go test -run XXX -fuzz FuzzInsertStream -fuzztime 60s ./server
 	go test -run XXX -fuzz FuzzSampleStream -fuzztime 60s ./server
-	go test -run XXX -fuzz FuzzConn -fuzztime 60s ./server/h2grpc
+	go test -run XXX -fuzz FuzzConn -fuzztime 60s -fuzzminimizetime 5s ./server/h2grpc
 
 bench-table:
 	go test -run XXX -bench BenchmarkTable -benchtime 1000000x ./internal/table -args -table.sizes 1000,100000,10000000
