@@ -766,15 +766,18 @@ func (c *conn) onHeaders(typ http2.FrameType, id uint32, flags http2.Flags, n in
 	c.mu.Lock()
 	if s := c.streams[id]; s != nil {
 		c.mu.Unlock()
+		if s.recvDone {
+			// HEADERS after the client's END_STREAM, on a stream still
+			// open: a stream error (RFC 9113, 5.1).
+			return c.streamError(id, http2.ErrCodeStreamClosed, "HEADERS after END_STREAM")
+		}
 		// Trailers from the client: gRPC clients send none, but they
 		// end the client's side as END_STREAM on DATA does.
 		if !end {
 			return connError{http2.ErrCodeProtocol, "second HEADERS without END_STREAM"}
 		}
-		if !s.recvDone {
-			c.ended.add(id)
-			c.endOfClient(s)
-		}
+		c.ended.add(id)
+		c.endOfClient(s)
 		return nil
 	}
 	if id%2 == 0 || id <= c.lastID {

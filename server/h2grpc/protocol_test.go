@@ -418,6 +418,13 @@ func TestMalformedRequests(t *testing.T) {
 		return ok && r.StreamID == id && r.ErrCode == http2.ErrCodeStreamClosed
 	})
 	id += 2
+	c.headers(id, "/"+svcName+"/Block", true)
+	c.headers(id, "/"+svcName+"/Block", true) // the same stream again
+	c.until("RST_STREAM STREAM_CLOSED for HEADERS after END_STREAM", func(f http2.Frame) bool {
+		r, ok := f.(*http2.RSTStreamFrame)
+		return ok && r.StreamID == id && r.ErrCode == http2.ErrCodeStreamClosed
+	})
+	id += 2
 	c.headers(id, "/"+svcName+"/Block", false)
 	c.fr.WriteRSTStream(id, http2.ErrCodeCancel)
 	c.fr.WriteData(id, false, []byte("x"))
