@@ -77,11 +77,8 @@ type conn struct {
 	blockFlags  http2.Flags
 	blockSelf   bool // the block's HEADERS made its stream depend on itself
 	inBlock     bool
-	// ended and resetBy record the recent streams the client has ended
-	// (END_STREAM) and reset, for its frames on them after that.
-	ended       idSet
-	resetBy     idSet
-	frame       []byte // scratch for control frames' payloads
+	marks       streamMarks // the recent streams the client ended or reset
+	frame       []byte      // scratch for control frames' payloads
 	hfields     []hpack.HeaderField
 	fieldBytes  int   // the decoded size of fields, as HTTP/2 counts it
 	fieldsOver  bool  // fields passed MaxHeaderBlock decoded
@@ -412,13 +409,7 @@ func (c *conn) onWindowUpdate(id uint32, n int) error {
 	}
 	if inc == 0 {
 		// A stream error (RFC 9113, 6.9).
-		if s := c.streams[id]; s != nil {
-			c.resetStream(s, http2.ErrCodeProtocol, status.New(codes.Internal, "h2grpc: WINDOW_UPDATE of 0"))
-		} else {
-			c.rst(id, http2.ErrCodeProtocol)
-			c.kick()
-		}
-		return c.controlQueued(13)
+		return c.streamErrorLocked(id, http2.ErrCodeProtocol, "WINDOW_UPDATE of 0")
 	}
 	if s := c.streams[id]; s != nil {
 		if s.sendWin += inc; s.sendWin > 1<<31-1 {
@@ -444,7 +435,7 @@ func (c *conn) onReset(id uint32, n int) error {
 	if c.idle(id) {
 		return connError{http2.ErrCodeProtocol, fmt.Sprintf("RST_STREAM on idle stream %d", id)}
 	}
-	c.resetBy.add(id)
+	c.marks.add(id, markReset)
 	if s := c.streams[id]; s != nil {
 		c.closeStream(s, status.New(codes.Canceled, "h2grpc: the client reset the stream: "+code.String()))
 	}
@@ -474,41 +465,37 @@ func (c *conn) onData(id uint32, flags http2.Flags, n int) error {
 		return connError{http2.ErrCodeProtocol, fmt.Sprintf("DATA on idle stream %d", id)}
 	}
 	s := c.streams[id]
+	var err error
 	switch {
-	case c.ended.has(id) || (s != nil && s.recvDone):
-		// DATA after the client's END_STREAM (RFC 9113, 5.1): a stream
-		// error while the stream is open, a connection error once closed.
-		if s == nil {
-			c.mu.Unlock()
-			return connError{http2.ErrCodeStreamClosed, fmt.Sprintf("DATA on stream %d after its END_STREAM", id)}
-		}
-		c.resetStream(s, http2.ErrCodeStreamClosed, status.New(codes.Internal, "h2grpc: DATA after END_STREAM"))
-		s = nil
-		if err := c.controlQueued(13); err != nil {
-			c.mu.Unlock()
-			return err
-		}
-	case c.resetBy.has(id):
-		// DATA after the client's RST_STREAM: a stream error.
-		c.rst(id, http2.ErrCodeStreamClosed)
-		c.kick()
-		s = nil
-		if err := c.controlQueued(13); err != nil {
-			c.mu.Unlock()
-			return err
-		}
-	case s != nil:
+	case s != nil && !s.recvDone: // open: the usual case
 		if s.recvWin -= int64(n); s.recvWin < 0 {
 			c.mu.Unlock()
 			return connError{http2.ErrCodeFlowControl, fmt.Sprintf("DATA beyond stream %d's window", id)}
 		}
 		s.unacked += int64(n)
 		c.maybeReturn(s)
+	case s != nil || c.marks.has(id, markEnded):
+		// DATA after the client's END_STREAM (RFC 9113, 5.1): a stream
+		// error while the stream is open, a connection error once closed.
+		if s == nil {
+			c.mu.Unlock()
+			return connError{http2.ErrCodeStreamClosed, fmt.Sprintf("DATA on stream %d after its END_STREAM", id)}
+		}
+		err, s = c.streamErrorLocked(id, http2.ErrCodeStreamClosed, "DATA after END_STREAM"), nil
+	case c.marks.has(id, markReset):
+		// DATA after the client's RST_STREAM: a stream error.
+		err = c.streamErrorLocked(id, http2.ErrCodeStreamClosed, "DATA after RST_STREAM")
 	default:
 		// Closed by the server, which may have reset it: the client's
 		// DATA may have been on its way. Dropped.
 	}
+	if flags&http2.FlagDataEndStream != 0 {
+		c.marks.add(id, markEnded)
+	}
 	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
 
 	pad := 0
 	if flags&http2.FlagDataPadded != 0 {
@@ -526,9 +513,6 @@ func (c *conn) onData(id uint32, flags http2.Flags, n int) error {
 	}
 	if s == nil {
 		_, err := c.br.Discard(n)
-		if flags&http2.FlagDataEndStream != 0 {
-			c.ended.add(id)
-		}
 		return err
 	}
 	if err := c.feed(s, n-pad); err != nil {
@@ -538,7 +522,6 @@ func (c *conn) onData(id uint32, flags http2.Flags, n int) error {
 		return err
 	}
 	if flags&http2.FlagDataEndStream != 0 {
-		c.ended.add(id)
 		c.endOfClient(s)
 	}
 	return nil
@@ -555,6 +538,11 @@ func (c *conn) idle(id uint32) bool {
 func (c *conn) streamError(id uint32, code http2.ErrCode, reason string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.streamErrorLocked(id, code, reason)
+}
+
+// streamErrorLocked is streamError under mu.
+func (c *conn) streamErrorLocked(id uint32, code http2.ErrCode, reason string) error {
 	if s := c.streams[id]; s != nil {
 		c.resetStream(s, code, status.New(codes.Internal, "h2grpc: "+reason))
 	} else {
@@ -776,7 +764,7 @@ func (c *conn) onHeaders(typ http2.FrameType, id uint32, flags http2.Flags, n in
 		if !end {
 			return connError{http2.ErrCodeProtocol, "second HEADERS without END_STREAM"}
 		}
-		c.ended.add(id)
+		c.marks.add(id, markEnded)
 		c.endOfClient(s)
 		return nil
 	}
@@ -788,17 +776,14 @@ func (c *conn) onHeaders(typ http2.FrameType, id uint32, flags http2.Flags, n in
 		return connError{http2.ErrCodeProtocol, fmt.Sprintf("HEADERS opening stream %d", id)}
 	}
 	c.lastID = id
-	c.ended.advance(id)
-	c.resetBy.advance(id)
+	c.marks.advance(id)
 	if end {
-		c.ended.add(id)
+		c.marks.add(id, markEnded)
 	}
 	if c.blockSelf {
 		// A stream error (RFC 9113, 5.3.1); the block was still decoded,
 		// to keep the decoder's table in step with the client's.
-		c.rst(id, http2.ErrCodeProtocol)
-		c.kick()
-		err := c.controlQueued(13)
+		err := c.streamErrorLocked(id, http2.ErrCodeProtocol, "a stream that depends on itself")
 		c.mu.Unlock()
 		return err
 	}

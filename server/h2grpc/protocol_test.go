@@ -69,6 +69,16 @@ func (c *rawClient) until(what string, want func(http2.Frame) bool) {
 	}
 }
 
+// reset reads frames until RST_STREAM with code on stream id, and fails
+// the test if the connection ends first.
+func (c *rawClient) reset(what string, id uint32, code http2.ErrCode) {
+	c.t.Helper()
+	c.until(what, func(f http2.Frame) bool {
+		r, ok := f.(*http2.RSTStreamFrame)
+		return ok && r.StreamID == id && r.ErrCode == code
+	})
+}
+
 func (c *rawClient) goAway(code http2.ErrCode) {
 	c.t.Helper()
 	c.until("GOAWAY "+code.String(), func(f http2.Frame) bool {
@@ -392,54 +402,33 @@ func TestMalformedRequests(t *testing.T) {
 		id += 2
 	}
 	c.fr.WriteRawFrame(http2.FramePriority, 0, id, []byte{0, 0, 0})
-	c.until("RST_STREAM FRAME_SIZE_ERROR for a short PRIORITY", func(f http2.Frame) bool {
-		r, ok := f.(*http2.RSTStreamFrame)
-		return ok && r.StreamID == id && r.ErrCode == http2.ErrCodeFrameSize
-	})
+	c.reset("RST_STREAM FRAME_SIZE_ERROR for a short PRIORITY", id, http2.ErrCodeFrameSize)
 	c.headers(id+2, "/"+svcName+"/Block", false)
 	c.fr.WriteRawFrame(http2.FrameWindowUpdate, 0, id+2, []byte{0, 0, 0, 0})
-	c.until("RST_STREAM PROTOCOL_ERROR for a WINDOW_UPDATE of 0", func(f http2.Frame) bool {
-		r, ok := f.(*http2.RSTStreamFrame)
-		return ok && r.StreamID == id+2 && r.ErrCode == http2.ErrCodeProtocol
-	})
+	c.reset("RST_STREAM PROTOCOL_ERROR for a WINDOW_UPDATE of 0", id+2, http2.ErrCodeProtocol)
 	id += 4
 	c.fr.WritePriority(id, http2.PriorityParam{StreamDep: id})
-	c.until("RST_STREAM PROTOCOL_ERROR for a stream depending on itself", func(f http2.Frame) bool {
-		r, ok := f.(*http2.RSTStreamFrame)
-		return ok && r.StreamID == id && r.ErrCode == http2.ErrCodeProtocol
-	})
+	c.reset("RST_STREAM PROTOCOL_ERROR for a stream depending on itself", id, http2.ErrCodeProtocol)
 	// DATA after the client's END_STREAM on a stream still open, and
 	// after its RST_STREAM: stream errors.
 	id += 2
 	c.headers(id, "/"+svcName+"/Block", true)
 	c.fr.WriteData(id, false, []byte("x"))
-	c.until("RST_STREAM STREAM_CLOSED for DATA after END_STREAM", func(f http2.Frame) bool {
-		r, ok := f.(*http2.RSTStreamFrame)
-		return ok && r.StreamID == id && r.ErrCode == http2.ErrCodeStreamClosed
-	})
+	c.reset("RST_STREAM STREAM_CLOSED for DATA after END_STREAM", id, http2.ErrCodeStreamClosed)
 	id += 2
 	c.headers(id, "/"+svcName+"/Block", true)
 	c.headers(id, "/"+svcName+"/Block", true) // the same stream again
-	c.until("RST_STREAM STREAM_CLOSED for HEADERS after END_STREAM", func(f http2.Frame) bool {
-		r, ok := f.(*http2.RSTStreamFrame)
-		return ok && r.StreamID == id && r.ErrCode == http2.ErrCodeStreamClosed
-	})
+	c.reset("RST_STREAM STREAM_CLOSED for HEADERS after END_STREAM", id, http2.ErrCodeStreamClosed)
 	id += 2
 	c.headers(id, "/"+svcName+"/Block", false)
 	c.fr.WriteRSTStream(id, http2.ErrCodeCancel)
 	c.fr.WriteData(id, false, []byte("x"))
-	c.until("RST_STREAM STREAM_CLOSED for DATA after RST_STREAM", func(f http2.Frame) bool {
-		r, ok := f.(*http2.RSTStreamFrame)
-		return ok && r.StreamID == id && r.ErrCode == http2.ErrCodeStreamClosed
-	})
+	c.reset("RST_STREAM STREAM_CLOSED for DATA after RST_STREAM", id, http2.ErrCodeStreamClosed)
 	// DATA on a stream the server ended while the client's side was open
 	// may have been on its way: it is dropped, not an error.
 	id += 2
 	c.headers(id, "/"+svcName+"/Nope", false)
-	c.until("the answer", func(f http2.Frame) bool {
-		r, ok := f.(*http2.RSTStreamFrame)
-		return ok && r.StreamID == id && r.ErrCode == http2.ErrCodeNo
-	})
+	c.reset("the answer", id, http2.ErrCodeNo)
 	c.fr.WriteData(id, true, []byte("x"))
 	// The connection serves on.
 	c.fr.WritePing(false, [8]byte{7})
@@ -466,10 +455,7 @@ func TestSelfDependentHeaders(t *testing.T) {
 		return bytes.Clone(buf.Bytes())
 	}
 	c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block("/" + svcName + "/Echo"), EndHeaders: true, EndStream: true, Priority: http2.PriorityParam{StreamDep: 1}})
-	c.until("RST_STREAM PROTOCOL_ERROR on stream 1", func(f http2.Frame) bool {
-		r, ok := f.(*http2.RSTStreamFrame)
-		return ok && r.StreamID == 1 && r.ErrCode == http2.ErrCodeProtocol
-	})
+	c.reset("RST_STREAM PROTOCOL_ERROR on stream 1", 1, http2.ErrCodeProtocol)
 	// The same fields again, now as references to the table.
 	c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 3, BlockFragment: block("/" + svcName + "/Echo"), EndHeaders: true})
 	c.fr.WriteData(3, true, []byte{0, 0, 0, 0, 0}) // an empty message
