@@ -22,8 +22,15 @@ import (
 
 // startH2 serves the echo's own HTTP/2 server (--h2) on a loopback port
 // with the rings of spec until the test ends, and checks that no
-// goroutine outlives it. conns counts the connections being served.
-func startH2(t *testing.T, spec string, ackEvery uint64, readBuf int, handoff bool) (string, rings, *sync.WaitGroup) {
+// goroutine outlives it. stop closes the listener and returns once every
+// connection's goroutine has ended, after which the rings are the
+// caller's to read; it may be called more than once.
+//
+// stop waits for serveH2 to return before waiting on its connections:
+// a WaitGroup's first Add must happen before its Wait, and only
+// serveH2's return orders its Adds (made as it accepts) before the
+// test's goroutine. Bytes over a socket do not, for the race detector.
+func startH2(t *testing.T, spec string, ackEvery uint64, readBuf int, handoff bool) (addr string, rs rings, stop func()) {
 	t.Helper()
 	rs, err := parseRings(spec, false)
 	if err != nil {
@@ -36,17 +43,20 @@ func startH2(t *testing.T, spec string, ackEvery uint64, readBuf int, handoff bo
 	done := make(chan error, 1)
 	conns := new(sync.WaitGroup)
 	go func() { done <- serveH2(lis, rs, ackEvery, readBuf, handoff, conns) }()
-	t.Cleanup(func() {
+	stop = sync.OnceFunc(func() {
 		lis.Close()
 		if err := <-done; !errors.Is(err, net.ErrClosed) {
 			t.Errorf("serveH2: %v", err)
 		}
-		// Connection goroutines end when their clients close (the
-		// tests' Cleanups of dialEcho run before this one).
+		// Connection goroutines end when their clients close.
 		conns.Wait()
+	})
+	t.Cleanup(func() {
+		// The tests' Cleanups of dialEcho run before this one.
+		stop()
 		goleak.VerifyNone(t)
 	})
-	return lis.Addr().String(), rs, conns
+	return lis.Addr().String(), rs, stop
 }
 
 // bothModes runs f with the HTTP/2 echo answering inline and with
@@ -100,7 +110,7 @@ func TestH2InsertFillsRing(t *testing.T) {
 			{"40kB read buffer 4KiB", 40000, 4 << 10},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
-				addr, rs, conns := startH2(t, "100:10,40000:10", 7, tc.readBuf, handoff)
+				addr, rs, stop := startH2(t, "100:10,40000:10", 7, tc.readBuf, handoff)
 				cc := dialEcho(t, addr)
 				c := &loadConfig{payload: tc.payload, maxInFlight: 16}
 				ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
@@ -117,7 +127,7 @@ func TestH2InsertFillsRing(t *testing.T) {
 				// Once the server has let go of the connection, the ring is
 				// the test's to read.
 				cc.Close()
-				conns.Wait()
+				stop()
 				r := rs[tc.payload]
 				if got := r.next.Load(); got != uint64(len(lat)) {
 					t.Fatalf("the ring took %d payloads, the client saw %d acknowledged", got, len(lat))
