@@ -57,11 +57,12 @@ step "Python client: pytest python/tests against reverie and Reverb (python/scri
 python/scripts/test.sh
 
 # reverie's own HTTP/2 transport (server/h2grpc) serves the same suites:
-# the server, client and binary's Go tests, pytest against reverie, and the
+# the server, client and binary's Go tests, bench/churn's short churn,
+# pytest against reverie, and the
 # conformance legs with dm-reverb's C++ client. REVERIE_TRANSPORT picks the
 # transport of every server these start (in process and `reverie serve`).
 step "reverie's own transport: Go suites, pytest and conformance with REVERIE_TRANSPORT=own"
-REVERIE_TRANSPORT=own go test -race -count=1 -timeout 15m ./server/... ./client/... ./cmd/...
+REVERIE_TRANSPORT=own go test -race -count=1 -timeout 15m ./server/... ./client/... ./cmd/... ./bench/churn
 REVERIE_TRANSPORT=own python/scripts/test.sh reverie
 REVERIE_TRANSPORT=own scripts/conformance.sh
 
