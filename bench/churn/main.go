@@ -336,11 +336,11 @@ func (ch *churn) sample(ctx context.Context, c *client.Client, rng *rand.Rand, d
 	defer s.Close()
 	n := 1 + rng.IntN(64)
 	cut := rng.IntN(10) == 0
-	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	timeout := 30 * time.Second
 	if cut {
-		cancel()
-		sctx, cancel = context.WithTimeout(ctx, time.Duration(rng.IntN(5000))*time.Microsecond)
+		timeout = time.Duration(rng.IntN(5000)) * time.Microsecond
 	}
+	sctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for range n {
 		smp, err := s.Next(sctx)
