@@ -25,6 +25,7 @@ trap 'rm -rf "$dir"' EXIT
 max=$(( payload > 1000 ? 1000000000 / payload : 1000000 ))
 echo "{\"tables\": [{\"name\": \"t\", \"sampler\": \"uniform\", \"remover\": \"fifo\", \"max_size\": $max, \"rate_limiter\": {\"min_size\": 1}}]}" >"$dir/cfg.yaml"
 tick=$(getconf CLK_TCK)
+source "$(dirname "$0")/../scripts/serving.sh"
 
 # run BINARY: prints "items_per_sec cpu_us_per_item"
 run() {
@@ -35,7 +36,7 @@ run() {
   pid=$!
   # Wait until it serves: many clients connecting at once to a server
   # still starting can run out their dial timeout in reconnect backoff.
-  for _ in $(seq 200); do grep -q "reverie serving" "$dir/serve.log" && break; sleep 0.05; done
+  reverie_addr "$dir/serve.log" $pid >/dev/null || exit 1
   [[ $mode == sample ]] && "$new" bench --addr "localhost:$port" --table t --mode insert --payload "$payload" --clients 4 --items "${PREFILL:-20000}" >/dev/null
   local c0 c1
   c0=$(awk '{print $14+$15}' "/proc/$pid/stat")

@@ -15,6 +15,7 @@ go build -o .bin/reverie ./cmd/reverie
 cfg=$(mktemp --suffix=.yaml)
 log=$(mktemp)
 trap 'kill $pid 2>/dev/null || true; rm -f "$cfg" "$log"' EXIT
+source scripts/serving.sh
 for payload in 400 40000; do
   max_size=$(( payload > 1000 ? 20000 : 1000000 ))
   cat >"$cfg" <<YAML
@@ -27,13 +28,8 @@ tables:
 YAML
   .bin/reverie serve --config "$cfg" --listen localhost:0 2>"$log" &
   pid=$!
-  port=""
-  for _ in $(seq 1 100); do
-    port=$(grep 'reverie serving' "$log" | sed -n 's/.* addr=[^ ]*:\([0-9]*\) .*/\1/p' | head -1 || true)
-    [[ -n "$port" ]] && break
-    sleep 0.1
-  done
-  [[ -n "$port" ]] || { cat "$log" >&2; exit 1; }
+  port=$(reverie_addr "$log" $pid) || exit 1
+  port=${port##*:}
   for mode in insert sample mixed; do
     .bin/reverie bench --addr "127.0.0.1:$port" --table replay --mode "$mode" \
       --payload "$payload" --clients "$clients" --duration "$duration" --json

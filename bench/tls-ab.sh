@@ -25,18 +25,10 @@ p1=$!
   --tls-cert $certs/server.pem --tls-key $certs/server.key 2>"$dir/tls.log" &
 p2=$!
 trap 'kill $p1 $p2 2>/dev/null; rm -rf "$dir"' EXIT
-addr_of() {
-  local a=
-  for _ in $(seq 100); do
-    a=$(sed -n 's/.*msg="reverie serving" addr=\([^ ]*\) .*/\1/p' "$1" | head -1)
-    [[ -n $a ]] && break
-    sleep 0.1
-  done
-  [[ -n $a ]] || { cat "$1" >&2; echo "tls-ab: a server did not start" >&2; exit 1; }
-  echo "$a"
-}
-declare -A pid=([plain]=$p1 [tls]=$p2)
-declare -A addr=([plain]=$(addr_of "$dir/plain.log") [tls]=$(addr_of "$dir/tls.log"))
+source scripts/serving.sh
+declare -A pid=([plain]=$p1 [tls]=$p2) addr
+addr[plain]=$(reverie_addr "$dir/plain.log" $p1) || exit 1
+addr[tls]=$(reverie_addr "$dir/tls.log" $p2) || exit 1
 declare -A flags=([plain]="" [tls]="--tls-ca $certs/ca.pem")
 for s in plain tls; do
   # shellcheck disable=SC2086 # flags are words

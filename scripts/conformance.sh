@@ -91,17 +91,9 @@ __go_vs_reverie)  # __go_vs_reverie TESTBIN: leg (c)
     2>"$out/c.server.log" &
   spid=$!
   trap 'kill -TERM $spid 2>/dev/null' EXIT
-  port=
-  for _ in $(seq 100); do
-    port=$(grep 'reverie serving' "$out/c.server.log" | sed -n 's/.* addr=[^ ]*:\([0-9]*\) .*/\1/p' | head -1)
-    [[ -n $port ]] && break
-    sleep 0.1
-  done
-  if [[ -z $port ]]; then
-    echo "conformance: reverie serve did not start:" >&2
-    cat "$out/c.server.log" >&2
-    exit 1
-  fi
+  source scripts/serving.sh
+  port=$(reverie_addr "$out/c.server.log" $spid) || exit 1
+  port=${port##*:}
   echo "reverie serve (go_client.yaml) on 127.0.0.1:$port"
   (cd client && REVERIE_CONFORMANCE_ADDR=127.0.0.1:$port REVERIE_CONFORMANCE_SERVER=reverie \
     timeout -k 10 300 "$testbin" -test.run '^TestConformance' -test.count=1 -test.v -test.timeout 240s)

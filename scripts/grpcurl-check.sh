@@ -13,13 +13,9 @@ log=$(mktemp)
 .bin/reverie serve --config examples/config/reverb_server.textproto --listen localhost:0 2>"$log" &
 pid=$!
 trap 'kill $pid 2>/dev/null || true; rm -f "$log"' EXIT
-port=""
-for _ in $(seq 1 100); do
-  port=$(grep 'reverie serving' "$log" | sed -n 's/.* addr=[^ ]*:\([0-9]*\) .*/\1/p' | head -1 || true)
-  [[ -n "$port" ]] && break
-  sleep 0.1
-done
-[[ -n "$port" ]] || { cat "$log" >&2; echo "grpcurl-check: server did not start" >&2; exit 1; }
+source scripts/serving.sh
+port=$(reverie_addr "$log" $pid) || exit 1
+port=${port##*:}
 
 out=$(.bin/grpcurl -plaintext "localhost:$port" deepmind.reverb.ReverbService/ServerInfo)
 echo "$out"

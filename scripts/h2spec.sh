@@ -16,17 +16,8 @@ dir=$(mktemp -d)
 .bin/reverie serve --transport own --listen 127.0.0.1:0 2>"$dir/serve.log" &
 pid=$!
 trap 'kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; rm -rf "$dir"' EXIT
-addr=
-for _ in $(seq 200); do
-  addr=$(sed -n 's/.*msg="reverie serving" addr=\([^ ]*\).*/\1/p' "$dir/serve.log")
-  [[ -n $addr ]] && break
-  sleep 0.05
-done
-if [[ -z $addr ]]; then
-  echo "h2spec.sh: reverie did not start:" >&2
-  cat "$dir/serve.log" >&2
-  exit 1
-fi
+source scripts/serving.sh
+addr=$(reverie_addr "$dir/serve.log" $pid) || exit 1
 # h2spec exits non-zero when any test fails; the list decides.
 .bin/h2spec -h "${addr%:*}" -p "${addr##*:}" -o 2 --junit-report "$dir/report.xml" >"$dir/h2spec.out" 2>&1 || true
 tail -n 1 "$dir/h2spec.out"

@@ -35,13 +35,8 @@ timeout 600 go build -o .bin/reverie ./cmd/reverie
   2>"$out/server.log" &
 spid=$!
 trap 'kill -TERM $spid 2>/dev/null; wait $spid 2>/dev/null' EXIT
-addr=
-for _ in $(seq 100); do
-  addr=$(sed -n 's/.*msg="reverie serving" addr=\([^ ]*\).*/\1/p' "$out/server.log" | head -1)
-  [[ -n $addr ]] && break
-  sleep 0.1
-done
-[[ -n $addr ]] || { cat "$out/server.log" >&2; echo "bench: reverie serve did not start" >&2; exit 1; }
+source scripts/serving.sh
+addr=$(reverie_addr "$out/server.log" $spid) || exit 1
 echo "bench: reverie serve at $addr (pid $spid), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 
 run_one() {  # run_one CLIENT
