@@ -805,12 +805,14 @@ func (c *conn) onHeaders(typ http2.FrameType, id uint32, flags http2.Flags, n in
 func (c *conn) writeLoop() {
 	for {
 		c.mu.Lock()
-		for c.queued == 0 && !c.stopWriter && !c.closeIdle {
+		// Buffers to free alone make a batch too: closeStream leaves
+		// the writer a buffer whose bytes it may be writing now.
+		for c.queued == 0 && len(c.free) == 0 && !c.stopWriter && !c.closeIdle {
 			c.mu.Unlock()
 			<-c.wake
 			c.mu.Lock()
 		}
-		if c.queued == 0 {
+		if c.queued == 0 && len(c.free) == 0 {
 			if c.stopWriter {
 				c.mu.Unlock()
 				return
@@ -835,7 +837,7 @@ func (c *conn) writeLoop() {
 		c.mu.Unlock()
 
 		var err error
-		if !failed {
+		if !failed && len(bufs) > 0 {
 			all := bufs
 			_, err = all.WriteTo(c.nc)
 		}

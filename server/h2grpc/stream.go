@@ -65,6 +65,7 @@ type stream struct {
 	sendq       []sendPart
 	sendHead    int
 	sendLeft    int
+	headRefd    bool           // the head of sendq is partly gathered, by reference
 	finished    bool           // the handler has returned
 	st          *status.Status // its status, sent once sendq drains
 	closed      bool           // removed from the connection
@@ -552,6 +553,7 @@ func (c *conn) pump(s *stream) {
 			if len(p.b) > k {
 				c.ref(p.b[:k])
 				p.b = p.b[k:]
+				s.headRefd = true
 				break
 			}
 			c.ref(p.b)
@@ -585,6 +587,7 @@ func (c *conn) popPart(s *stream) {
 	}
 	*p = sendPart{}
 	s.sendHead++
+	s.headRefd = false
 }
 
 func (c *conn) pumpAll() {
@@ -685,8 +688,18 @@ func (c *conn) closeStream(s *stream, st *status.Status) {
 	for s.sendHead < len(s.sendq) {
 		p := &s.sendq[s.sendHead]
 		if p.owner != nil {
-			p.owner.Free()
+			if s.headRefd {
+				// Its first bytes are gathered and may not be written
+				// yet: the writer frees it after it has written them
+				// (in the batch being gathered, or the one after the
+				// batch it is writing now).
+				c.free = append(c.free, p.owner)
+				c.kick()
+			} else {
+				p.owner.Free()
+			}
 		}
+		s.headRefd = false
 		*p = sendPart{}
 		s.sendHead++
 	}

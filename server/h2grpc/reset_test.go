@@ -1,0 +1,146 @@
+package h2grpc
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
+)
+
+// pipeListener accepts the server ends of net.Pipe connections. A write on
+// a pipe blocks until the other end reads, so what the server gathers stays
+// unwritten for as long as the test's client does not read.
+type pipeListener struct {
+	conns chan net.Conn
+	done  chan struct{}
+	once  sync.Once
+}
+
+func newPipeListener() *pipeListener {
+	return &pipeListener{conns: make(chan net.Conn), done: make(chan struct{})}
+}
+
+func (l *pipeListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *pipeListener) Close() error   { l.once.Do(func() { close(l.done) }); return nil }
+func (l *pipeListener) Addr() net.Addr { return &net.TCPAddr{} }
+
+func (l *pipeListener) dial() net.Conn {
+	client, server := net.Pipe()
+	l.conns <- server
+	return client
+}
+
+// poisonPool overwrites every buffer given back to it, as the chunk store
+// does under PoisonRecycled, and as the buffer's next owner would: bytes
+// written from a freed buffer show up as poisonByte.
+type poisonPool struct{ freed chan struct{} }
+
+const poisonByte = 0xa5
+
+func (p *poisonPool) Get(n int) *[]byte { b := make([]byte, n); return &b }
+
+func (p *poisonPool) Put(b *[]byte) {
+	for i := range *b {
+		(*b)[i] = poisonByte
+	}
+	select {
+	case p.freed <- struct{}{}:
+	default:
+	}
+}
+
+// poisonCodec marshals each message into one buffer of its pool.
+type poisonCodec struct {
+	encoding.CodecV2
+	pool *poisonPool
+}
+
+func (c poisonCodec) Marshal(v any) (mem.BufferSlice, error) {
+	d, err := c.CodecV2.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	b := c.pool.Get(d.Len())
+	d.CopyTo(*b)
+	d.Free()
+	return mem.BufferSlice{mem.NewBuffer(b, c.pool)}, nil
+}
+
+// A client resets a stream whose second message the stream's window cut:
+// the first part of that message is gathered for the writer, by reference,
+// and not yet written. Its buffer must not be freed (and so reused) before
+// the writer has written that part. Found by review: the reset freed it at
+// once, and the DATA frame then carried whatever the buffer held next, in
+// reverie a reused response buffer or another chunk's bytes.
+func TestResetKeepsGatheredBytesUntilWritten(t *testing.T) {
+	pool := &poisonPool{freed: make(chan struct{}, 1)}
+	srv := NewServer(Options{Codec: poisonCodec{CodecV2: encoding.GetCodecV2("proto"), pool: pool}})
+	impl := newSvc()
+	srv.RegisterService(&svcDesc, impl)
+	lis := newPipeListener()
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
+	defer func() { srv.Stop(); <-served }()
+
+	nc := lis.dial()
+	defer nc.Close()
+	if err := nc.SetDeadline(time.Now().Add(20 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(nc, nc)
+	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	go func() { // the pipe blocks writes until the server reads them
+		io.WriteString(nc, http2.ClientPreface)
+		fr.WriteSettings()
+		var block bytes.Buffer
+		enc := hpack.NewEncoder(&block)
+		for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", "/" + svcName + "/Flood"}, {"content-type", "application/grpc"}} {
+			enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+		}
+		fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block.Bytes(), EndHeaders: true, EndStream: true})
+		// Flood has now queued messages of 32 KiB; the stream's window of
+		// 65535 bytes let all of the first through and cut the second.
+		// Nothing is written yet: the client reads nothing until after
+		// the reset.
+		time.Sleep(100 * time.Millisecond)
+		fr.WriteRSTStream(1, http2.ErrCodeCancel)
+	}()
+	select {
+	case <-impl.ctxErrs: // Flood's SendMsg failed: the stream is closed
+	case <-time.After(10 * time.Second):
+		t.Fatal("Flood did not end after the reset")
+	}
+	select {
+	case <-pool.freed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no response buffer was freed after the reset")
+	}
+	got := 0
+	for got < 65535 {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("after %d bytes of DATA: %v", got, err)
+		}
+		if d, ok := f.(*http2.DataFrame); ok {
+			if i := bytes.IndexByte(d.Data(), poisonByte); i >= 0 {
+				t.Fatalf("DATA byte %d of the stream comes from a freed buffer", got+i)
+			}
+			got += len(d.Data())
+		}
+	}
+}
