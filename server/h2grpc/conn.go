@@ -796,8 +796,7 @@ func (c *conn) onHeaders(typ http2.FrameType, id uint32, flags http2.Flags, n in
 		return err
 	}
 	c.mu.Unlock()
-	c.open(id, fields, end)
-	return nil
+	return c.open(id, fields, end)
 }
 
 // writeLoop writes what is gathered whenever woken, until the connection

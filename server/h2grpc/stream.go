@@ -87,16 +87,18 @@ type request struct {
 	md                                  metadata.MD
 }
 
-// open starts stream id for the decoded header fields (reader only).
-func (c *conn) open(id uint32, fields []hpack.HeaderField, end bool) {
+// open starts stream id for the decoded header fields (reader only). The
+// error, a connection error, is for answers queued to a client that does
+// not read them.
+func (c *conn) open(id uint32, fields []hpack.HeaderField, end bool) error {
 	if reason := malformed(fields); reason != "" {
 		// A malformed request is a stream error (RFC 9113, 8.1.1).
 		c.mu.Lock()
 		c.rst(id, http2.ErrCodeProtocol)
 		c.kick()
-		c.controlQueued(13)
+		err := c.controlQueued(13)
 		c.mu.Unlock()
-		return
+		return err
 	}
 	req, st, httpStatus := parseRequest(fields)
 	var m *method
@@ -112,10 +114,13 @@ func (c *conn) open(id uint32, fields []hpack.HeaderField, end bool) {
 	}
 	if st != nil {
 		c.mu.Lock()
+		// Count what the answer queued: its message names the path the
+		// client sent, which HPACK lets the client repeat in a byte.
+		before := c.queued
 		c.earlyAbort(id, httpStatus, st, !end)
-		c.controlQueued(64)
+		err := c.controlQueued(c.queued - before)
 		c.mu.Unlock()
-		return
+		return err
 	}
 	s := &stream{
 		c: c, id: id, m: m,
@@ -143,6 +148,7 @@ func (c *conn) open(id uint32, fields []hpack.HeaderField, end bool) {
 	c.running.Add(1)
 	c.handlers.Add(1)
 	go c.run(s)
+	return nil
 }
 
 func (s *Server) hasService(name string) bool {

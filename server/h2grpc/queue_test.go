@@ -2,8 +2,10 @@ package h2grpc
 
 import (
 	"bytes"
+	"encoding/binary"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -142,5 +144,81 @@ func TestResetKeepsGatheredBytesUntilWritten(t *testing.T) {
 			}
 			got += len(d.Data())
 		}
+	}
+}
+
+// Requests the server answers at once, without a handler (here: an unknown
+// service), count against the bound on what is queued for a client that
+// does not read by what the answer takes, not by a guess. The answer names
+// the path the client sent, percent-encoded (up to 3 bytes for each of
+// its bytes), and HPACK lets the client repeat that path in a byte or two:
+// counted as 64 bytes each, 41 KiB of requests once queued 28 MiB.
+func TestEarlyAnswersCountAgainstControlBound(t *testing.T) {
+	srv := NewServer(Options{})
+	srv.RegisterService(&svcDesc, newSvc())
+	lis := newPipeListener()
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
+	defer func() { srv.Stop(); <-served }()
+	nc := lis.dial()
+	defer nc.Close()
+	if err := nc.SetDeadline(time.Now().Add(20 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	const requests = 3000
+	wrote := make(chan struct{})
+	go func() { // stops at the first failed write, once the server has gone
+		defer close(wrote)
+		fr := http2.NewFramer(nc, nil)
+		if _, err := io.WriteString(nc, http2.ClientPreface); err != nil {
+			return
+		}
+		if fr.WriteSettings() != nil {
+			return
+		}
+		var block bytes.Buffer
+		enc := hpack.NewEncoder(&block)
+		path := "/" + strings.Repeat("\xff", 3900)
+		for i := range requests {
+			block.Reset()
+			for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", path}, {"content-type", "application/grpc"}} {
+				enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+			}
+			if fr.WriteHeaders(http2.HeadersFrameParam{StreamID: uint32(2*i + 1), BlockFragment: block.Bytes(), EndHeaders: true, EndStream: true}) != nil {
+				return
+			}
+		}
+	}()
+	// Read only once the server has had time to queue what it would.
+	time.Sleep(500 * time.Millisecond)
+	var fh [9]byte
+	total, answers := 0, 0
+	var goaway http2.ErrCode = 0xffff
+	for goaway == 0xffff {
+		if _, err := io.ReadFull(nc, fh[:]); err != nil {
+			t.Fatalf("after %d bytes and %d answers, no GOAWAY: %v", total, answers, err)
+		}
+		n := int(fh[0])<<16 | int(fh[1])<<8 | int(fh[2])
+		payload := make([]byte, n)
+		if _, err := io.ReadFull(nc, payload); err != nil {
+			t.Fatal(err)
+		}
+		total += 9 + n
+		switch http2.FrameType(fh[3]) {
+		case http2.FrameHeaders:
+			if http2.Flags(fh[4])&http2.FlagHeadersEndStream != 0 {
+				answers++
+			}
+		case http2.FrameGoAway:
+			goaway = http2.ErrCode(binary.BigEndian.Uint32(payload[4:8]))
+		}
+	}
+	nc.Close()
+	<-wrote
+	if goaway != http2.ErrCodeEnhanceYourCalm {
+		t.Errorf("GOAWAY with %v after %d answers, want ENHANCE_YOUR_CALM", goaway, answers)
+	}
+	if answers >= requests || total > 2*maxControlBytes {
+		t.Errorf("the server queued %d KiB (%d answers) for a client that reads nothing; the bound is %d KiB", total>>10, answers, maxControlBytes>>10)
 	}
 }
