@@ -149,12 +149,8 @@ func newConn(srv *Server, nc net.Conn, auth credentials.AuthInfo) *conn {
 	})
 	c.dec.SetMaxStringLength(c.opts.MaxHeaderBlock)
 	c.enc = hpack.NewEncoder(&c.encBuf)
-	return c
-}
-
-// serve runs the connection until it ends, and returns why.
-func (c *conn) serve() error {
-	c.nc.SetWriteDeadline(time.Time{}) // the handshake's deadline still bounds the preface
+	// The server's preface is queued before the connection can be
+	// drained, so that GOAWAY never comes before it (RFC 9113, 3.4).
 	c.mu.Lock()
 	c.frameHeader(18, http2.FrameSettings, 0, 0)
 	c.setting(http2.SettingMaxConcurrentStreams, c.opts.MaxConcurrentStreams)
@@ -165,6 +161,12 @@ func (c *conn) serve() error {
 	}
 	c.kick()
 	c.mu.Unlock()
+	return c
+}
+
+// serve runs the connection until it ends, and returns why.
+func (c *conn) serve() error {
+	c.nc.SetWriteDeadline(time.Time{}) // the handshake's deadline still bounds the preface
 	c.writer.Go(c.writeLoop)
 
 	var preface [len(http2.ClientPreface)]byte
@@ -174,7 +176,13 @@ func (c *conn) serve() error {
 	case string(preface[:]) != http2.ClientPreface:
 		err = errors.New("h2grpc: not an HTTP/2 client preface")
 	default:
-		c.nc.SetReadDeadline(time.Time{})
+		c.mu.Lock()
+		if !c.draining {
+			// A drained connection keeps its deadline: the preface's,
+			// or the linger the writer sets once it has closed its side.
+			c.nc.SetReadDeadline(time.Time{})
+		}
+		c.mu.Unlock()
 		err = c.loop()
 	}
 	c.teardown(err)
