@@ -795,8 +795,13 @@ func (c *conn) onHeaders(typ http2.FrameType, id uint32, flags http2.Flags, n in
 		c.mu.Unlock()
 		return err
 	}
-	if c.draining || c.closed || c.running.Load() >= int32(c.opts.MaxConcurrentStreams) {
-		// The client retries a refused stream elsewhere or later.
+	if c.draining || c.closed || c.running.Load() >= int32(c.opts.MaxConcurrentStreams) ||
+		len(c.streams) >= int(c.opts.MaxConcurrentStreams) {
+		// The client retries a refused stream elsewhere or later. Both
+		// counts are bounded: handlers that still run (a stream reset at
+		// once is gone from streams, its handler not yet returned), and
+		// streams still open (a handler that has returned may leave its
+		// response waiting for the client's windows).
 		c.rst(id, http2.ErrCodeRefusedStream)
 		c.kick()
 		err := c.controlQueued(13)

@@ -1,12 +1,15 @@
 package h2grpc
 
 import (
+	"context"
 	"io"
 	"net"
 	"testing"
 	"time"
 
 	"golang.org/x/net/http2"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // connOf waits for srv's only connection.
@@ -61,5 +64,72 @@ func TestGracefulStopBeforePreface(t *testing.T) {
 		t.Errorf("GracefulStop still waiting %v after the drain (linger %v)", drainLinger+3*time.Second, drainLinger)
 		nc.Close()
 		<-stopped
+	}
+}
+
+// bigDesc's Get answers every call at once with 512 KiB.
+var bigDesc = grpc.ServiceDesc{
+	ServiceName: "h2grpc.test.Big",
+	HandlerType: (*any)(nil),
+	Methods: []grpc.MethodDesc{{
+		MethodName: "Get",
+		Handler: func(_ any, _ context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+			if err := dec(new(wrapperspb.BytesValue)); err != nil {
+				return nil, err
+			}
+			return wrapperspb.Bytes(make([]byte, 512<<10)), nil
+		},
+	}},
+}
+
+// A client that grants no window and opens calls that are answered at once
+// leaves each answer queued on a stream whose handler has returned. Those
+// streams count against MaxConcurrentStreams until they are flushed:
+// before, only running handlers counted, and such a client made the
+// server hold any number of answers (found by review).
+func TestUnflushedStreamsCountAgainstLimit(t *testing.T) {
+	const limit = 4
+	srv := NewServer(Options{MaxConcurrentStreams: limit})
+	srv.RegisterService(&bigDesc, struct{}{})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
+	defer func() { srv.Stop(); <-served }()
+
+	c := dialRaw(t, lis.Addr().String())
+	if err := c.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0}); err != nil {
+		t.Fatal(err)
+	}
+	conn := connOf(t, srv)
+	const calls = 40
+	for i := range calls {
+		id := uint32(2*i + 1)
+		c.headers(id, "/h2grpc.test.Big/Get", false)
+		if err := c.fr.WriteData(id, true, []byte{0, 0, 0, 0, 0}); err != nil {
+			t.Fatal(err)
+		}
+		// Let the handler return before the next call, so that the limit
+		// on running handlers alone would refuse none.
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+			conn.mu.Lock()
+			n := len(conn.streams)
+			conn.mu.Unlock()
+			if conn.running.Load() == 0 && n >= min(i+1, limit) {
+				break
+			}
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // the last calls' headers read
+	conn.mu.Lock()
+	n, held := len(conn.streams), 0
+	for _, s := range conn.streams {
+		held += s.sendLeft
+	}
+	conn.mu.Unlock()
+	if n > limit {
+		t.Errorf("%d streams open with MaxConcurrentStreams %d, holding %d KiB of answers", n, limit, held>>10)
 	}
 }
