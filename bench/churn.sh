@@ -25,17 +25,9 @@ mport=$(( 20000 + RANDOM % 20000 ))
 .bin/reverie serve --config "$dir/cfg.yaml" --listen 127.0.0.1:0 --metrics "127.0.0.1:$mport" "$@" 2>"$dir/serve.log" &
 pid=$!
 trap 'kill -TERM $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; rm -rf "$dir"' EXIT
-port=
-for _ in $(seq 200); do
-  port=$(sed -n 's/.*msg="reverie serving" addr=[^ ]*:\([0-9]*\) .*/\1/p' "$dir/serve.log" | head -1)
-  [[ -n $port ]] && break
-  sleep 0.05
-done
-if [[ -z $port ]]; then
-  echo "churn.sh: the server did not start:" >&2
-  cat "$dir/serve.log" >&2
-  exit 1
-fi
+source scripts/serving.sh
+port=$(reverie_addr "$dir/serve.log" $pid) || exit 1
+port=${port##*:}
 .bin/bench/churn --addr "127.0.0.1:$port" --table t --duration "${secs}s" --workers "$workers" \
   --metrics "http://127.0.0.1:$mport/metrics" --server-pid "$pid" --report "$(( secs < 300 ? 10 : 60 ))s"
 if grep -q -i "panic" "$dir/serve.log"; then
