@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"hash/maphash"
 	"math/rand/v2"
 	"strings"
@@ -11,6 +12,8 @@ import (
 	"github.com/reverie-rl/reverie/selector"
 	"github.com/reverie-rl/reverie/server"
 	"github.com/reverie-rl/reverie/server/servertest"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 func startServer(t *testing.T) string {
@@ -96,5 +99,31 @@ func TestParseFlags(t *testing.T) {
 	o, err := parseFlags([]string{"--duration", "2m"})
 	if err != nil || o.duration != 2*time.Minute || len(o.payloads) != 4 {
 		t.Fatalf("defaults: %+v, %v", o, err)
+	}
+}
+
+// A DEADLINE_EXCEEDED from the server at the run's deadline is the run
+// ending, even before this process's own timer has fired; earlier, or with
+// another code, it is not.
+func TestEndedByServer(t *testing.T) {
+	deadline := status.Error(codes.DeadlineExceeded, "context deadline exceeded")
+	ended, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Millisecond))
+	defer cancel()
+	running, cancel2 := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel2()
+	for _, c := range []struct {
+		ctx  context.Context
+		err  error
+		want bool
+	}{
+		{ended, deadline, true},
+		{running, deadline, false},
+		{ended, status.Error(codes.Unavailable, "gone"), false},
+		{context.Background(), deadline, false},
+	} {
+		if got := endedByServer(c.ctx, c.err); got != c.want {
+			dl, ok := c.ctx.Deadline()
+			t.Errorf("endedByServer(deadline %v (%v), %v) = %v, want %v", time.Until(dl).Round(time.Second), ok, c.err, got, c.want)
+		}
 	}
 }
