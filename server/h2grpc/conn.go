@@ -213,8 +213,33 @@ func (c *conn) teardown(err error) {
 	c.kick()
 	c.mu.Unlock()
 	c.writer.Wait()
+	if flushFor > 0 {
+		c.linger()
+	}
 	c.nc.Close()
 }
+
+// linger closes the server's side of a connection that ends in a
+// connection error, and reads what the client still sends (at most
+// lingerBytes, for at most lingerFor) before the caller closes it: closing
+// a socket with unread bytes makes the kernel reset the connection, and
+// the reset can destroy the GOAWAY that tells the client why.
+func (c *conn) linger() {
+	c.mu.Lock()
+	failed := c.writeErr != nil
+	c.mu.Unlock()
+	cw, ok := c.nc.(interface{ CloseWrite() error })
+	if failed || !ok || cw.CloseWrite() != nil {
+		return
+	}
+	c.nc.SetReadDeadline(time.Now().Add(lingerFor))
+	io.Copy(io.Discard, io.LimitReader(c.nc, lingerBytes))
+}
+
+const (
+	lingerFor   = time.Second
+	lingerBytes = 1 << 20
+)
 
 // drain sends GOAWAY: the client's open streams run to their end, new ones
 // are refused, and the connection closes once none is left.
