@@ -47,6 +47,31 @@ func (l *pipeListener) dial() net.Conn {
 	return client
 }
 
+// startPipe is start over a pipeListener: it serves svcDesc with opts and
+// returns the service and the client's end of one connection, with a
+// deadline of 20 s on it.
+func startPipe(t *testing.T, opts Options) (*svc, net.Conn) {
+	t.Helper()
+	srv := NewServer(opts)
+	impl := newSvc()
+	srv.RegisterService(&svcDesc, impl)
+	lis := newPipeListener()
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
+	nc := lis.dial()
+	t.Cleanup(func() {
+		nc.Close()
+		srv.Stop()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	if err := nc.SetDeadline(time.Now().Add(20 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	return impl, nc
+}
+
 // poisonPool overwrites every buffer given back to it, as the chunk store
 // does under PoisonRecycled, and as the buffer's next owner would: bytes
 // written from a freed buffer show up as poisonByte.
@@ -91,19 +116,7 @@ func (c poisonCodec) Marshal(v any) (mem.BufferSlice, error) {
 // reverie a reused response buffer or another chunk's bytes.
 func TestResetKeepsGatheredBytesUntilWritten(t *testing.T) {
 	pool := &poisonPool{freed: make(chan struct{}, 1)}
-	srv := NewServer(Options{Codec: poisonCodec{CodecV2: encoding.GetCodecV2("proto"), pool: pool}})
-	impl := newSvc()
-	srv.RegisterService(&svcDesc, impl)
-	lis := newPipeListener()
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(lis) }()
-	defer func() { srv.Stop(); <-served }()
-
-	nc := lis.dial()
-	defer nc.Close()
-	if err := nc.SetDeadline(time.Now().Add(20 * time.Second)); err != nil {
-		t.Fatal(err)
-	}
+	impl, nc := startPipe(t, Options{Codec: poisonCodec{CodecV2: encoding.GetCodecV2("proto"), pool: pool}})
 	fr := http2.NewFramer(nc, nc)
 	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	go func() { // the pipe blocks writes until the server reads them
@@ -154,17 +167,7 @@ func TestResetKeepsGatheredBytesUntilWritten(t *testing.T) {
 // its bytes), and HPACK lets the client repeat that path in a byte or two:
 // counted as 64 bytes each, 41 KiB of requests once queued 28 MiB.
 func TestEarlyAnswersCountAgainstControlBound(t *testing.T) {
-	srv := NewServer(Options{})
-	srv.RegisterService(&svcDesc, newSvc())
-	lis := newPipeListener()
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(lis) }()
-	defer func() { srv.Stop(); <-served }()
-	nc := lis.dial()
-	defer nc.Close()
-	if err := nc.SetDeadline(time.Now().Add(20 * time.Second)); err != nil {
-		t.Fatal(err)
-	}
+	_, nc := startPipe(t, Options{})
 	const requests = 3000
 	wrote := make(chan struct{})
 	go func() { // stops at the first failed write, once the server has gone
