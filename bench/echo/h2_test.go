@@ -112,17 +112,20 @@ func TestH2InsertFillsRing(t *testing.T) {
 			t.Run(tc.name, func(t *testing.T) {
 				addr, rs, stop := startH2(t, "100:10,40000:10", 7, tc.readBuf, handoff)
 				cc := dialEcho(t, addr)
-				c := &loadConfig{payload: tc.payload, maxInFlight: 16}
-				ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-				defer cancel()
+				// More than a stream's receive window, so that window updates
+				// are needed.
+				want := 1
+				if tc.payload > 1000 {
+					want = 2 * h2StreamWindow / tc.payload
+				}
+				ctx, progress := loadWindow(t, 300*time.Millisecond, want)
+				c := &loadConfig{payload: tc.payload, maxInFlight: 16, progress: progress[0]}
 				lat, err := upClient(ctx, cc, c, 3)
 				if err != nil {
 					t.Fatal(err)
 				}
-				// More than a stream's receive window, so that window updates
-				// were needed.
-				if min := 2 * h2StreamWindow / tc.payload; tc.payload > 1000 && len(lat) < min {
-					t.Fatalf("%d payloads acknowledged, want at least %d", len(lat), min)
+				if len(lat) < want {
+					t.Fatalf("%d payloads acknowledged, want at least %d", len(lat), want)
 				}
 				// Once the server has let go of the connection, the ring is
 				// the test's to read.
@@ -188,9 +191,8 @@ func TestH2SampleFromRing(t *testing.T) {
 		}
 
 		// Without a ring: one cached payload, repeated.
-		c := &loadConfig{payload: 500, inFlight: 4}
-		lctx, lcancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-		defer lcancel()
+		lctx, progress := loadWindow(t, 100*time.Millisecond, 1)
+		c := &loadConfig{payload: 500, inFlight: 4, progress: progress[0]}
 		if lat, err := downClient(lctx, cc, c); err != nil || len(lat) == 0 {
 			t.Fatalf("downClient: %d takes, %v", len(lat), err)
 		}
@@ -198,18 +200,18 @@ func TestH2SampleFromRing(t *testing.T) {
 }
 
 // Streams share a connection: four insert streams and a sample stream at
-// once, each served in full.
+// once, each served in full, none starved: the run lasts until each has
+// made progress.
 func TestH2Streams(t *testing.T) {
 	bothModes(t, func(t *testing.T, handoff bool) {
 		addr, _, _ := startH2(t, "", 3, 32<<10, handoff)
 		cc := dialEcho(t, addr)
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		defer cancel()
+		ctx, progress := loadWindow(t, 200*time.Millisecond, 1, 1, 1, 1, 1)
 		var wg sync.WaitGroup
 		errs := make([]error, 5)
 		for i := range 4 {
 			wg.Go(func() {
-				lat, err := upClient(ctx, cc, &loadConfig{payload: 20000 + i, maxInFlight: 32}, uint64(i))
+				lat, err := upClient(ctx, cc, &loadConfig{payload: 20000 + i, maxInFlight: 32, progress: progress[i]}, uint64(i))
 				if err == nil && len(lat) == 0 {
 					err = errors.New("nothing acknowledged")
 				}
@@ -217,7 +219,7 @@ func TestH2Streams(t *testing.T) {
 			})
 		}
 		wg.Go(func() {
-			lat, err := downClient(ctx, cc, &loadConfig{payload: 30000, inFlight: 8})
+			lat, err := downClient(ctx, cc, &loadConfig{payload: 30000, inFlight: 8, progress: progress[4]})
 			if err == nil && len(lat) == 0 {
 				err = errors.New("nothing taken")
 			}
@@ -280,9 +282,8 @@ func TestH2BadInput(t *testing.T) {
 		if _, err := io.Copy(io.Discard, conn); err != nil {
 			t.Errorf("a connection that is not HTTP/2: %v; want it closed", err)
 		}
-		c := &loadConfig{payload: 10, inFlight: 2}
-		lctx, lcancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-		defer lcancel()
+		lctx, progress := loadWindow(t, 50*time.Millisecond, 1)
+		c := &loadConfig{payload: 10, inFlight: 2, progress: progress[0]}
 		if lat, err := downClient(lctx, cc, c); err != nil || len(lat) == 0 {
 			t.Fatalf("after the bad calls: %d takes, %v", len(lat), err)
 		}

@@ -262,6 +262,11 @@ type loadConfig struct {
 	maxInFlight int
 	json        bool
 	raw         bool
+
+	// progress, if set, is called after each payload acknowledged or
+	// taken, from the flow's own goroutine. Tests end a run by it once
+	// every flow has made progress, not at a fixed time.
+	progress func()
 }
 
 func load(args []string) int {
@@ -396,7 +401,7 @@ func upClient(ctx context.Context, cc *grpc.ClientConn, c *loadConfig, seed uint
 	for i := range payloads {
 		payloads[i] = wrapperspb.Bytes(randomBytes(c.payload, seed*100+uint64(i)))
 	}
-	return runUp(ctx, c.maxInFlight,
+	return runUp(ctx, c,
 		func(i int) error { return st.SendMsg(payloads[i%len(payloads)]) },
 		func() (uint64, error) {
 			m := new(wrapperspb.UInt64Value)
@@ -407,13 +412,13 @@ func upClient(ctx context.Context, cc *grpc.ClientConn, c *loadConfig, seed uint
 }
 
 // runUp is the insert flow of both echoes: send(i) sends the i-th payload,
-// at most maxInFlight unacknowledged, until ctx ends; closeSend then
+// at most c.maxInFlight unacknowledged, until ctx ends; closeSend then
 // half-closes. recvAck returns the next acknowledgement, the running count
 // of payloads the server has taken, or io.EOF once the server has ended
 // the flow after acknowledging everything. runUp returns the latency of
 // each acknowledged payload, and fails if a sent one never was.
-func runUp(ctx context.Context, maxInFlight int, send func(int) error, recvAck func() (uint64, error), closeSend func()) ([]time.Duration, error) {
-	sent := make(chan time.Time, maxInFlight) // start times of unacknowledged payloads
+func runUp(ctx context.Context, c *loadConfig, send func(int) error, recvAck func() (uint64, error), closeSend func()) ([]time.Duration, error) {
+	sent := make(chan time.Time, c.maxInFlight) // start times of unacknowledged payloads
 	var lat []time.Duration
 	recvErr := make(chan error, 1)
 	go func() {
@@ -434,6 +439,9 @@ func runUp(ctx context.Context, maxInFlight int, send func(int) error, recvAck f
 					return
 				}
 				lat = append(lat, time.Since(t))
+				if c.progress != nil {
+					c.progress()
+				}
 			}
 		}
 	}()
@@ -496,7 +504,7 @@ func downClient(ctx context.Context, cc *grpc.ClientConn, c *loadConfig) ([]time
 			}
 		}
 	}()
-	return takeAll(ctx, buf, fetchErr)
+	return takeAll(ctx, c, buf, fetchErr)
 }
 
 // offer puts n payloads of size bytes into buf for the consumer, and
@@ -515,7 +523,7 @@ func offer(ctx context.Context, buf chan<- int, n, size int) bool {
 // takeAll is the consumer of a sample flow: it takes payloads from buf
 // until ctx ends or buf is closed, and times each take. A closed buf ends
 // it with the fetcher's error, if any.
-func takeAll(ctx context.Context, buf <-chan int, fetchErr <-chan error) ([]time.Duration, error) {
+func takeAll(ctx context.Context, c *loadConfig, buf <-chan int, fetchErr <-chan error) ([]time.Duration, error) {
 	var lat []time.Duration
 	for ctx.Err() == nil {
 		t := time.Now()
@@ -530,6 +538,9 @@ func takeAll(ctx context.Context, buf <-chan int, fetchErr <-chan error) ([]time
 				}
 			}
 			lat = append(lat, time.Since(t))
+			if c.progress != nil {
+				c.progress()
+			}
 		case <-ctx.Done():
 		}
 	}

@@ -192,7 +192,7 @@ func rawUpClient(ctx context.Context, c *loadConfig, seed uint64) ([]time.Durati
 		return nil, err
 	}
 	var ack [8]byte
-	return runUp(ctx, c.maxInFlight,
+	return runUp(ctx, c,
 		func(i int) error {
 			_, err := conn.Write(frames[i%len(frames)])
 			return err
@@ -248,5 +248,5 @@ func rawDownClient(ctx context.Context, c *loadConfig) ([]time.Duration, error) 
 			}
 		}
 	}()
-	return takeAll(ctx, buf, fetchErr)
+	return takeAll(ctx, c, buf, fetchErr)
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -43,9 +42,8 @@ func startRaw(t *testing.T, spec string, ackEvery uint64) (string, rings) {
 // server acknowledges only every 7.
 func TestRawInsertFillsRing(t *testing.T) {
 	addr, rs := startRaw(t, "100:10", 7)
-	c := &loadConfig{addr: addr, payload: 100, maxInFlight: 16}
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
+	ctx, progress := loadWindow(t, 200*time.Millisecond, 1)
+	c := &loadConfig{addr: addr, payload: 100, maxInFlight: 16, progress: progress[0]}
 	lat, err := rawUpClient(ctx, c, 3)
 	if err != nil {
 		t.Fatal(err)
@@ -98,9 +96,8 @@ func TestRawSampleFromRing(t *testing.T) {
 		}
 	}
 
-	c := &loadConfig{addr: addr, payload: 64, inFlight: 4}
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
+	ctx, progress := loadWindow(t, 100*time.Millisecond, 1)
+	c := &loadConfig{addr: addr, payload: 64, inFlight: 4, progress: progress[0]}
 	if lat, err := rawDownClient(ctx, c); err != nil || len(lat) == 0 {
 		t.Fatalf("rawDownClient: %d takes, %v", len(lat), err)
 	}
@@ -129,9 +126,8 @@ func TestRawBadInput(t *testing.T) {
 		}
 		conn.Close()
 	}
-	c := &loadConfig{addr: addr, payload: 10, inFlight: 2}
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
+	ctx, progress := loadWindow(t, 50*time.Millisecond, 1)
+	c := &loadConfig{addr: addr, payload: 10, inFlight: 2, progress: progress[0]}
 	if lat, err := rawDownClient(ctx, c); err != nil || len(lat) == 0 {
 		t.Fatalf("after the bad connections: %d takes, %v", len(lat), err)
 	}
@@ -154,9 +150,8 @@ func TestUpAckEvery(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cc.Close()
-	c := &loadConfig{payload: 50, maxInFlight: 12}
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
+	ctx, progress := loadWindow(t, 100*time.Millisecond, 1)
+	c := &loadConfig{payload: 50, maxInFlight: 12, progress: progress[0]}
 	lat, err := upClient(ctx, cc, c, 1)
 	if err != nil || len(lat) == 0 {
 		t.Fatalf("upClient: %d acknowledged, %v", len(lat), err)
