@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -115,6 +116,7 @@ type conn struct {
 	closed     bool // the reader has ended
 	stopWriter bool
 	draining   bool // GOAWAY sent: no new streams
+	opening    bool // a stream is accepted and not yet open (or answered)
 	sentData   bool // DATA or HEADERS written since the client's last PING
 	closeIdle  bool // drained and idle: the writer closes the connection
 
@@ -251,7 +253,7 @@ func (c *conn) drain() {
 	}
 	c.draining = true
 	c.goAway(c.lastID, http2.ErrCodeNo, "server shutting down")
-	if len(c.streams) == 0 {
+	if len(c.streams) == 0 && !c.opening {
 		c.closeIdle = true
 	}
 	c.kick()
@@ -359,7 +361,11 @@ func (c *conn) onSettings(id uint32, flags http2.Flags, n int) error {
 				return connError{http2.ErrCodeFlowControl, "initial window over 2^31-1"}
 			}
 			for _, s := range c.streams {
-				s.sendWin += int64(v) - c.initSend
+				// A change that takes a window past the maximum is a
+				// connection error (RFC 9113, 6.9.2).
+				if s.sendWin += int64(v) - c.initSend; s.sendWin > 1<<31-1 {
+					return connError{http2.ErrCodeFlowControl, fmt.Sprintf("initial window %d takes stream %d's window over 2^31-1", v, s.id)}
+				}
 			}
 			c.initSend = int64(v)
 		case http2.SettingMaxFrameSize:
@@ -797,19 +803,44 @@ func (c *conn) onHeaders(typ http2.FrameType, id uint32, flags http2.Flags, n in
 		if !end {
 			return connError{http2.ErrCodeProtocol, "second HEADERS without END_STREAM"}
 		}
+		if pseudoIn(fields) {
+			// Malformed: a stream error (RFC 9113, 8.1 and 8.1.1).
+			return c.streamError(id, http2.ErrCodeProtocol, "a pseudo-header in trailers")
+		}
 		c.marks.add(id, markEnded)
 		c.endOfClient(s)
 		return nil
 	}
-	if id%2 == 0 || id <= c.lastID {
-		c.mu.Unlock()
-		if id <= c.lastID && id%2 == 1 {
-			return connError{http2.ErrCodeStreamClosed, fmt.Sprintf("HEADERS on closed stream %d", id)}
+	if id%2 == 1 && id <= c.lastID {
+		// A closed stream (RFC 9113, 5.1).
+		var err error
+		switch {
+		case c.marks.known(id) && !c.marks.has(id, markOpened):
+			err = connError{http2.ErrCodeProtocol, fmt.Sprintf("HEADERS opening stream %d, below the last opened", id)}
+		case c.marks.has(id, markEnded):
+			err = connError{http2.ErrCodeStreamClosed, fmt.Sprintf("HEADERS on stream %d after its END_STREAM", id)}
+		case c.marks.has(id, markReset):
+			err = c.streamErrorLocked(id, http2.ErrCodeStreamClosed, "HEADERS after RST_STREAM")
+		case !end:
+			err = c.streamErrorLocked(id, http2.ErrCodeProtocol, "a second HEADERS without END_STREAM")
+		case pseudoIn(fields):
+			err = c.streamErrorLocked(id, http2.ErrCodeProtocol, "a pseudo-header in trailers")
+		default:
+			// Closed by the server, which may have reset it: the
+			// client's trailers may have been on their way. Ignored,
+			// the block decoded above to keep HPACK in step.
+			c.marks.add(id, markEnded)
 		}
+		c.mu.Unlock()
+		return err
+	}
+	if id%2 == 0 {
+		c.mu.Unlock()
 		return connError{http2.ErrCodeProtocol, fmt.Sprintf("HEADERS opening stream %d", id)}
 	}
 	c.lastID = id
 	c.marks.advance(id)
+	c.marks.add(id, markOpened)
 	if end {
 		c.marks.add(id, markEnded)
 	}
@@ -833,9 +864,30 @@ func (c *conn) onHeaders(typ http2.FrameType, id uint32, flags http2.Flags, n in
 		c.mu.Unlock()
 		return err
 	}
+	// Accepted: a GOAWAY from now on counts the stream, so a drain must
+	// not find the connection idle until open has settled it.
+	c.opening = true
 	c.mu.Unlock()
+	if testHookAccepted != nil {
+		testHookAccepted(c)
+	}
 	return c.open(id, fields, end)
 }
+
+// pseudoIn reports whether fields hold a pseudo-header, which trailers
+// may not (RFC 9113, 8.1).
+func pseudoIn(fields []hpack.HeaderField) bool {
+	for _, f := range fields {
+		if strings.HasPrefix(f.Name, ":") {
+			return true
+		}
+	}
+	return false
+}
+
+// testHookAccepted, if set, runs between a stream's acceptance and its
+// opening.
+var testHookAccepted func(*conn)
 
 // writeLoop writes what is gathered whenever woken, until the connection
 // ends.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -131,5 +132,49 @@ func TestUnflushedStreamsCountAgainstLimit(t *testing.T) {
 	conn.mu.Unlock()
 	if n > limit {
 		t.Errorf("%d streams open with MaxConcurrentStreams %d, holding %d KiB of answers", n, limit, held>>10)
+	}
+}
+
+// A stream accepted just before a drain is counted by the drain's GOAWAY,
+// so it must be served: the drain may not find the connection idle while
+// the stream is between acceptance and opening. Before the fix, the
+// writer closed the connection there and the answer was lost (found by
+// review).
+func TestDrainWhileOpening(t *testing.T) {
+	var once sync.Once
+	testHookAccepted = func(c *conn) {
+		once.Do(func() {
+			c.drain()
+			time.Sleep(100 * time.Millisecond) // the writer's turn
+		})
+	}
+	t.Cleanup(func() { testHookAccepted = nil }) // after the server's Stop
+	_, _, addr := start(t, Options{})
+	c := dialRaw(t, addr)
+	c.headers(1, "/"+svcName+"/Echo", false)
+	c.fr.WriteData(1, true, []byte{0, 0, 0, 0, 0}) // an empty message
+	var goAway *http2.GoAwayFrame
+	var answered bool
+	for {
+		f, err := c.fr.ReadFrame()
+		if err != nil {
+			break // the server closed its side
+		}
+		switch f := f.(type) {
+		case *http2.GoAwayFrame:
+			goAway = f
+		case *http2.MetaHeadersFrame:
+			if f.StreamID == 1 && f.StreamEnded() {
+				for _, hf := range f.Fields {
+					answered = answered || hf.Name == "grpc-status" && hf.Value == "0"
+				}
+			}
+		}
+	}
+	if goAway == nil || goAway.LastStreamID != 1 {
+		t.Fatalf("GOAWAY %v, want one counting stream 1", goAway)
+	}
+	if !answered {
+		t.Error("stream 1, counted by GOAWAY, was not answered with status OK")
 	}
 }

@@ -6,13 +6,14 @@ const idWindow = 4096
 
 // What streamMarks records of a stream.
 const (
-	markEnded = iota // the client sent END_STREAM
-	markReset        // the client sent RST_STREAM
+	markOpened = iota // the client opened the stream (ids it skipped are closed unopened)
+	markEnded         // the client sent END_STREAM
+	markReset         // the client sent RST_STREAM
 	numMarks
 )
 
 // streamMarks records marks of the most recent idWindow client-initiated
-// (odd) stream ids: which streams the client has ended or reset, so that
+// (odd) stream ids: which streams the client has opened, ended or reset, so that
 // its frames on them after that are answered as RFC 9113 (5.1) asks even
 // once the server has forgotten the stream. Older ids are not known.
 // Only the connection's reader touches it.

@@ -54,6 +54,19 @@ func (c *rawClient) headers(id uint32, path string, end bool) {
 	}
 }
 
+// trailers ends stream id with a header block of fields.
+func (c *rawClient) trailers(id uint32, fields ...[2]string) {
+	c.t.Helper()
+	var buf bytes.Buffer
+	enc := hpack.NewEncoder(&buf)
+	for _, f := range fields {
+		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: buf.Bytes(), EndHeaders: true, EndStream: true}); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
 // until reads frames until want returns true, and fails the test if the
 // connection ends first.
 func (c *rawClient) until(what string, want func(http2.Frame) bool) {
@@ -127,6 +140,12 @@ func TestProtocolErrors(t *testing.T) {
 		c.headers(2, "/"+svcName+"/Echo", true)
 		c.goAway(http2.ErrCodeProtocol)
 	})
+	t.Run("stream id below the last opened", func(t *testing.T) {
+		c := dialRaw(t, addr)
+		c.headers(5, "/"+svcName+"/Block", false)
+		c.headers(3, "/"+svcName+"/Echo", true)
+		c.goAway(http2.ErrCodeProtocol)
+	})
 	t.Run("WINDOW_UPDATE on an idle stream", func(t *testing.T) {
 		c := dialRaw(t, addr)
 		c.fr.WriteWindowUpdate(3, 100)
@@ -152,6 +171,13 @@ func TestProtocolErrors(t *testing.T) {
 		})
 		c.fr.WriteData(1, false, []byte("x"))
 		c.goAway(http2.ErrCodeStreamClosed)
+	})
+	t.Run("SETTINGS that takes a stream's window over 2^31-1", func(t *testing.T) {
+		c := dialRaw(t, addr)
+		c.headers(1, "/"+svcName+"/Block", false)
+		c.fr.WriteWindowUpdate(1, 1<<31-1-65535) // the stream's window at the maximum
+		c.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 65536})
+		c.goAway(http2.ErrCodeFlowControl)
 	})
 	t.Run("window overflow", func(t *testing.T) {
 		c := dialRaw(t, addr)
@@ -424,12 +450,25 @@ func TestMalformedRequests(t *testing.T) {
 	c.fr.WriteRSTStream(id, http2.ErrCodeCancel)
 	c.fr.WriteData(id, false, []byte("x"))
 	c.reset("RST_STREAM STREAM_CLOSED for DATA after RST_STREAM", id, http2.ErrCodeStreamClosed)
-	// DATA on a stream the server ended while the client's side was open
-	// may have been on its way: it is dropped, not an error.
+	// Trailers with a pseudo-header on an open stream: a stream error.
+	id += 2
+	c.headers(id, "/"+svcName+"/Block", false)
+	c.trailers(id, [2]string{":status", "200"})
+	c.reset("RST_STREAM PROTOCOL_ERROR for a pseudo-header in trailers", id, http2.ErrCodeProtocol)
+	// DATA and trailers on a stream the server ended while the client's
+	// side was open may have been on their way: they are ignored, not an
+	// error (RFC 9113, 5.1). Before, the trailers ended the connection.
 	id += 2
 	c.headers(id, "/"+svcName+"/Nope", false)
 	c.reset("the answer", id, http2.ErrCodeNo)
-	c.fr.WriteData(id, true, []byte("x"))
+	c.fr.WriteData(id, false, []byte("x"))
+	c.trailers(id, [2]string{"x-trailer", "1"})
+	// Malformed trailers on such a stream are still a stream error.
+	id += 2
+	c.headers(id, "/"+svcName+"/Nope", false)
+	c.reset("the answer", id, http2.ErrCodeNo)
+	c.trailers(id, [2]string{":path", "/"})
+	c.reset("RST_STREAM PROTOCOL_ERROR for a pseudo-header in trailers", id, http2.ErrCodeProtocol)
 	// The connection serves on.
 	c.fr.WritePing(false, [8]byte{7})
 	c.until("PING ack", func(f http2.Frame) bool {

@@ -97,6 +97,7 @@ func (c *conn) open(id uint32, fields []hpack.HeaderField, end bool) error {
 		c.rst(id, http2.ErrCodeProtocol)
 		c.kick()
 		err := c.controlQueued(13)
+		c.opened()
 		c.mu.Unlock()
 		return err
 	}
@@ -119,6 +120,7 @@ func (c *conn) open(id uint32, fields []hpack.HeaderField, end bool) error {
 		before := c.queued
 		c.earlyAbort(id, httpStatus, st, !end)
 		err := c.controlQueued(c.queued - before)
+		c.opened()
 		c.mu.Unlock()
 		return err
 	}
@@ -144,6 +146,7 @@ func (c *conn) open(id uint32, fields []hpack.HeaderField, end bool) error {
 		s.dropping = true
 	}
 	c.streams[id] = s
+	c.opened()
 	c.mu.Unlock()
 	c.running.Add(1)
 	c.handlers.Add(1)
@@ -671,6 +674,16 @@ func encodeMessageFrom(msg string, i int) string {
 		b.WriteByte(hex[ch&15])
 	}
 	return b.String()
+}
+
+// opened settles the stream accepted last: open or answered (under mu). A
+// drain that came meanwhile closes the connection once it is idle.
+func (c *conn) opened() {
+	c.opening = false
+	if c.draining && len(c.streams) == 0 {
+		c.closeIdle = true
+		c.kick()
+	}
 }
 
 // remove forgets s once its call is over (under mu).
