@@ -10,7 +10,8 @@
 #         first inserts 20,000 items with 4 clients, outside the measurement)
 #
 # Both servers are driven by NEW_BINARY's `reverie bench` with $CLIENTS clients (default 8),
-# plus any flags in $BENCH_FLAGS (for example "--in-flight 256"). Sample
+# plus any flags in $BENCH_FLAGS (for example "--in-flight 256", or
+# "--tls-ca testdata/tls/ca.pem" against serve flags that turn on TLS). Sample
 # runs first insert $PREFILL items (default 20,000) with 4 clients.
 # Server CPU is read from /proc/PID/stat around the measured run only.
 # Prints one line per run and, per round, items/s and CPU per item as B/A.
@@ -37,7 +38,7 @@ run() {
   # Wait until it serves: many clients connecting at once to a server
   # still starting can run out their dial timeout in reconnect backoff.
   reverie_addr "$dir/serve.log" $pid >/dev/null || exit 1
-  [[ $mode == sample ]] && "$new" bench --addr "localhost:$port" --table t --mode insert --payload "$payload" --clients 4 --items "${PREFILL:-20000}" >/dev/null
+  [[ $mode == sample ]] && "$new" bench --addr "localhost:$port" --table t --mode insert --payload "$payload" --clients 4 --items "${PREFILL:-20000}" ${BENCH_FLAGS:-} >/dev/null
   local c0 c1
   c0=$(awk '{print $14+$15}' "/proc/$pid/stat")
   "$new" bench --addr "localhost:$port" --table t --mode "$mode" --payload "$payload" --clients "${CLIENTS:-8}" --duration "${secs}s" --json ${BENCH_FLAGS:-} >"$dir/out.json"

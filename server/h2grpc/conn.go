@@ -111,6 +111,11 @@ type conn struct {
 	spareOut   net.Buffers
 	spareSmall []byte
 	spareFree  []mem.Buffer
+	// writev: nc is a socket, which takes a gathered write in one
+	// system call. Otherwise (TLS) the writer copies the pieces into
+	// wbuf, as a Write on a TLS connection is a record and a system call.
+	writev     bool
+	wbuf       []byte
 	wake       chan struct{}
 	writeErr   error
 	closed     bool // the reader has ended
@@ -138,6 +143,10 @@ func newConn(srv *Server, nc net.Conn, auth credentials.AuthInfo) *conn {
 		peerMax:  maxFrame,
 		wake:     make(chan struct{}, 1),
 		small:    make([]byte, 0, 16<<10),
+	}
+	switch nc.(type) {
+	case *net.TCPConn, *net.UnixConn:
+		c.writev = true
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	// The decoded size of a header list is bounded as well as its encoded
@@ -927,8 +936,12 @@ func (c *conn) writeLoop() {
 
 		var err error
 		if !failed && len(bufs) > 0 {
-			all := bufs
-			_, err = all.WriteTo(c.nc)
+			if c.writev {
+				all := bufs
+				_, err = all.WriteTo(c.nc)
+			} else {
+				err = c.writeCopied(bufs)
+			}
 		}
 		for _, b := range free {
 			b.Free()
@@ -945,6 +958,37 @@ func (c *conn) writeLoop() {
 		c.mu.Unlock()
 	}
 }
+
+// writeCopied writes bufs through wbuf, up to copiedWrite bytes per
+// Write (writer only): gathered pieces written one by one would make a
+// 9-byte frame header a TLS record and a system call of its own.
+func (c *conn) writeCopied(bufs net.Buffers) error {
+	if c.wbuf == nil {
+		c.wbuf = make([]byte, 0, copiedWrite)
+	}
+	w := c.wbuf[:0]
+	for _, b := range bufs {
+		for len(b) > 0 {
+			k := min(len(b), copiedWrite-len(w))
+			w, b = append(w, b[:k]...), b[k:]
+			if len(w) == copiedWrite {
+				if _, err := c.nc.Write(w); err != nil {
+					return err
+				}
+				w = w[:0]
+			}
+		}
+	}
+	if len(w) > 0 {
+		if _, err := c.nc.Write(w); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// copiedWrite is the most writeCopied writes at once: four TLS records.
+const copiedWrite = 64 << 10
 
 // kick wakes the writer (under mu, after queueing).
 func (c *conn) kick() { signal(c.wake) }

@@ -137,7 +137,7 @@ func (s *svc) flood(ss grpc.ServerStream) error {
 }
 
 // start serves a new svc with opts on loopback until the test ends.
-func start(t *testing.T, opts Options) (*Server, *svc, string) {
+func start(t testing.TB, opts Options) (*Server, *svc, string) {
 	t.Helper()
 	srv := NewServer(opts)
 	impl := newSvc()
@@ -157,7 +157,7 @@ func start(t *testing.T, opts Options) (*Server, *svc, string) {
 	return srv, impl, lis.Addr().String()
 }
 
-func dial(t *testing.T, addr string, opts ...grpc.DialOption) *grpc.ClientConn {
+func dial(t testing.TB, addr string, opts ...grpc.DialOption) *grpc.ClientConn {
 	t.Helper()
 	if len(opts) == 0 {
 		opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -496,6 +496,31 @@ func TestTLS(t *testing.T) {
 	if info, ok := p.AuthInfo.(credentials.TLSInfo); !ok || info.State.NegotiatedProtocol != "h2" {
 		t.Fatalf("peer AuthInfo %#v, want TLS with ALPN h2", p.AuthInfo)
 	}
+	// Over TLS the writer copies what it gathers into writes of up to
+	// copiedWrite bytes: messages of many frames, on either side of that
+	// size, come back whole.
+	st, err := cc.NewStream(ctxT(t), bidi, "/"+svcName+"/Chat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{1, copiedWrite - 14, copiedWrite - 5, 3*copiedWrite + 7, 1 << 20} {
+		msg := make([]byte, n)
+		rand.Read(msg)
+		if err := st.SendMsg(wrapperspb.Bytes(msg)); err != nil {
+			t.Fatal(err)
+		}
+		got := new(wrapperspb.BytesValue)
+		if err := st.RecvMsg(got); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got.Value, msg) {
+			t.Fatalf("a message of %d bytes came back as %d different bytes", n, len(got.Value))
+		}
+	}
+	st.CloseSend()
+	if err := st.RecvMsg(new(wrapperspb.BytesValue)); err != io.EOF {
+		t.Fatalf("end of Chat: %v", err)
+	}
 	// A plaintext client is not served.
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
@@ -504,7 +529,7 @@ func TestTLS(t *testing.T) {
 	}
 }
 
-func selfSigned(t *testing.T) (tls.Certificate, *x509.CertPool) {
+func selfSigned(t testing.TB) (tls.Certificate, *x509.CertPool) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
