@@ -24,6 +24,8 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/binary"
 	"errors"
 	"flag"
@@ -55,6 +57,7 @@ type options struct {
 	metrics        string
 	serverPID      int
 	goroutineSlack int
+	dial           []client.Option // with --tls-ca, TLS
 }
 
 func main() {
@@ -82,8 +85,20 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.metrics, "metrics", "", "the server's Prometheus /metrics URL, for its goroutine count")
 	fs.IntVar(&o.serverPID, "server-pid", 0, "the server's pid, for its memory and threads (/proc)")
 	fs.IntVar(&o.goroutineSlack, "goroutine-slack", 20, "goroutines the server may hold at the end beyond its count before the first client")
+	tlsCA := fs.String("tls-ca", "", "connect with TLS, trusting the CA certificates in this PEM file")
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	if *tlsCA != "" {
+		pem, err := os.ReadFile(*tlsCA)
+		if err != nil {
+			return o, fmt.Errorf("--tls-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return o, fmt.Errorf("--tls-ca: %s holds no PEM certificate", *tlsCA)
+		}
+		o.dial = append(o.dial, client.WithTLS(&tls.Config{RootCAs: pool}))
 	}
 	for _, f := range strings.Split(*payloads, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -221,7 +236,7 @@ func (ch *churn) worker(ctx context.Context, rng *rand.Rand, id uint64) {
 			}
 			var err error
 			dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			c, err = client.Dial(dctx, ch.o.addr)
+			c, err = client.Dial(dctx, ch.o.addr, ch.o.dial...)
 			cancel()
 			ch.c.dials.Add(1)
 			if err != nil {
