@@ -122,8 +122,10 @@ type conn struct {
 	stopWriter bool
 	draining   bool // GOAWAY sent: no new streams
 	opening    bool // a stream is accepted and not yet open (or answered)
-	sentData   bool // DATA or HEADERS written since the client's last PING
-	closeIdle  bool // drained and idle: the writer closes the connection
+	// Streams removed, whose half-read message the reader is to free.
+	removed, spareRemoved []*stream
+	sentData              bool // DATA or HEADERS written since the client's last PING
+	closeIdle             bool // drained and idle: the writer closes the connection
 
 	handlers sync.WaitGroup
 	writer   sync.WaitGroup
@@ -224,6 +226,10 @@ func (c *conn) teardown(err error) {
 	c.kick()
 	c.mu.Unlock()
 	c.writer.Wait()
+	c.mu.Lock()
+	r := c.takeRemoved()
+	c.mu.Unlock()
+	c.dropRemoved(r)
 	if flushFor > 0 {
 		c.linger()
 	}
@@ -507,6 +513,12 @@ func (c *conn) onData(id uint32, flags http2.Flags, n int) error {
 		c.connRecv += c.connUnacked
 		c.connUnacked = 0
 		c.kick()
+	}
+	if len(c.removed) > 0 {
+		r := c.takeRemoved()
+		c.mu.Unlock()
+		c.dropRemoved(r)
+		c.mu.Lock()
 	}
 	if c.idle(id) {
 		c.mu.Unlock()

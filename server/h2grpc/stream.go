@@ -686,16 +686,39 @@ func (c *conn) opened() {
 	}
 }
 
-// remove forgets s once its call is over (under mu).
+// remove forgets s once its call is over (under mu). The reader frees the
+// message it was reading on s, if any, when it next takes the removed
+// streams (takeRemoved): remove may run on a handler's goroutine.
 func (c *conn) remove(s *stream) {
 	s.closed = true
 	delete(c.streams, s.id)
+	c.removed = append(c.removed, s)
 	signal(s.rwake)
 	signal(s.swake)
 	if c.draining && len(c.streams) == 0 {
 		c.closeIdle = true
 		c.kick()
 	}
+}
+
+// takeRemoved returns the streams removed since its last call (under mu).
+// The caller, the reader, passes them to dropRemoved after unlocking.
+func (c *conn) takeRemoved() []*stream {
+	r := c.removed
+	c.removed, c.spareRemoved = c.spareRemoved[:0], nil
+	return r
+}
+
+// dropRemoved frees the messages half read on removed streams, and keeps
+// the slice for the next takeRemoved (reader only).
+func (c *conn) dropRemoved(r []*stream) {
+	for i, s := range r {
+		c.dropPartial(s)
+		r[i] = nil
+	}
+	c.mu.Lock()
+	c.spareRemoved = r[:0]
+	c.mu.Unlock()
 }
 
 // closeStream ends s at once, with st for its handler: the client reset
