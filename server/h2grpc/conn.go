@@ -122,6 +122,9 @@ type conn struct {
 	stopWriter bool
 	draining   bool // GOAWAY sent: no new streams
 	opening    bool // a stream is accepted and not yet open (or answered)
+	// Streams the connection's send window stopped with bytes to send, in
+	// the order they stopped; each once (stream.connWait).
+	connWait, spareConnWait []*stream
 	// Streams removed, whose half-read message the reader is to free.
 	removed, spareRemoved []*stream
 	sentData              bool // DATA or HEADERS written since the client's last PING
@@ -455,7 +458,7 @@ func (c *conn) onWindowUpdate(id uint32, n int) error {
 		if c.connSend += inc; c.connSend > 1<<31-1 {
 			return connError{http2.ErrCodeFlowControl, "connection window over 2^31-1"}
 		}
-		c.pumpAll()
+		c.pumpConnWait()
 		return nil
 	}
 	if c.idle(id) {

@@ -277,3 +277,74 @@ func TestHalfReadMessageReturnsToPool(t *testing.T) {
 	}
 	t.Errorf("%d buffers taken from the pool, %d given back", pool.gets.Load(), pool.puts.Load())
 }
+
+// Answers that the connection's window stops are sent, whole, as the
+// client grows it: the streams it stopped wait in order for the next
+// connection-level WINDOW_UPDATE, and each such update pumps only them.
+func TestConnectionWindowStopsAndResumes(t *testing.T) {
+	srv := NewServer(Options{})
+	srv.RegisterService(&bigDesc, struct{}{})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
+	defer func() { srv.Stop(); <-served }()
+
+	c := dialRaw(t, lis.Addr().String())
+	// Stream windows that never stop the answers: only the connection's
+	// window of 65,535 bytes does.
+	if err := c.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1 << 30}); err != nil {
+		t.Fatal(err)
+	}
+	const calls = 3
+	for i := range calls {
+		id := uint32(2*i + 1)
+		c.headers(id, "/h2grpc.test.Big/Get", false)
+		if err := c.fr.WriteData(id, true, []byte{0, 0, 0, 0, 0}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := map[uint32]int{}
+	ended := map[uint32]bool{}
+	total := 0
+	read := func(until func() bool) {
+		t.Helper()
+		for !until() {
+			f, err := c.fr.ReadFrame()
+			if err != nil {
+				t.Fatalf("after %d bytes of DATA: %v", total, err)
+			}
+			switch f := f.(type) {
+			case *http2.DataFrame:
+				got[f.StreamID] += len(f.Data())
+				total += len(f.Data())
+			case *http2.MetaHeadersFrame:
+				if f.StreamEnded() {
+					ended[f.StreamID] = true
+				}
+			}
+		}
+	}
+	read(func() bool { return total == 65535 })
+	// In steps smaller than an answer, so that streams stop again.
+	answer := 512<<10 + 5 + 1 + 3 // the bytes, the prefix, and the BytesValue's tag and length
+	for total < calls*answer {
+		step := min(100_000, calls*answer-total)
+		if err := c.fr.WriteWindowUpdate(0, uint32(step)); err != nil {
+			t.Fatal(err)
+		}
+		want := total + step
+		read(func() bool { return total >= want })
+		if total != want {
+			t.Fatalf("%d bytes of DATA after a window of %d", total, want)
+		}
+	}
+	read(func() bool { return len(ended) == calls })
+	for i := range calls {
+		if id := uint32(2*i + 1); got[id] != answer {
+			t.Errorf("stream %d: %d bytes of DATA, want %d", id, got[id], answer)
+		}
+	}
+}

@@ -66,6 +66,7 @@ type stream struct {
 	sendHead    int
 	sendLeft    int
 	headRefd    bool           // the head of sendq is partly gathered, by reference
+	connWait    bool           // in the connection's connWait
 	finished    bool           // the handler has returned
 	st          *status.Status // its status, sent once sendq drains
 	closed      bool           // removed from the connection
@@ -570,6 +571,12 @@ func (c *conn) pump(s *stream) {
 			c.popPart(s)
 		}
 	}
+	if s.sendLeft > 0 && c.connSend <= 0 && !s.connWait {
+		// The connection's window stopped it: the next connection-level
+		// WINDOW_UPDATE pumps it (pumpConnWait).
+		s.connWait = true
+		c.connWait = append(c.connWait, s)
+	}
 	if s.sendLeft == 0 {
 		for s.sendHead < len(s.sendq) { // empty buffers left at the end
 			c.popPart(s)
@@ -599,6 +606,24 @@ func (c *conn) popPart(s *stream) {
 	s.headRefd = false
 }
 
+// pumpConnWait pumps the streams the connection's window stopped, in the
+// order they stopped, once the window has grown (under mu). Those it
+// stops again wait for the next WINDOW_UPDATE.
+func (c *conn) pumpConnWait() {
+	w := c.connWait
+	c.connWait, c.spareConnWait = c.spareConnWait[:0], nil
+	for i, s := range w {
+		s.connWait = false
+		w[i] = nil
+		if s.sendLeft > 0 {
+			c.pump(s)
+		}
+	}
+	c.spareConnWait = w[:0]
+}
+
+// pumpAll pumps every stream with bytes to send: for a change of the
+// client's initial stream window (under mu).
 func (c *conn) pumpAll() {
 	for _, s := range c.streams {
 		if s.sendLeft > 0 {
