@@ -83,14 +83,11 @@ var bigDesc = grpc.ServiceDesc{
 	}},
 }
 
-// A client that grants no window and opens calls that are answered at once
-// leaves each answer queued on a stream whose handler has returned. Those
-// streams count against MaxConcurrentStreams until they are flushed:
-// before, only running handlers counted, and such a client made the
-// server hold any number of answers (found by review).
-func TestUnflushedStreamsCountAgainstLimit(t *testing.T) {
-	const limit = 4
-	srv := NewServer(Options{MaxConcurrentStreams: limit})
+// startBig serves bigDesc alone with opts on loopback until the test
+// ends.
+func startBig(t *testing.T, opts Options) (*Server, string) {
+	t.Helper()
+	srv := NewServer(opts)
 	srv.RegisterService(&bigDesc, struct{}{})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -98,9 +95,19 @@ func TestUnflushedStreamsCountAgainstLimit(t *testing.T) {
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
-	defer func() { srv.Stop(); <-served }()
+	t.Cleanup(func() { srv.Stop(); <-served })
+	return srv, lis.Addr().String()
+}
 
-	c := dialRaw(t, lis.Addr().String())
+// A client that grants no window and opens calls that are answered at once
+// leaves each answer queued on a stream whose handler has returned. Those
+// streams count against MaxConcurrentStreams until they are flushed:
+// before, only running handlers counted, and such a client made the
+// server hold any number of answers (found by review).
+func TestUnflushedStreamsCountAgainstLimit(t *testing.T) {
+	const limit = 4
+	srv, addr := startBig(t, Options{MaxConcurrentStreams: limit})
+	c := dialRaw(t, addr)
 	if err := c.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0}); err != nil {
 		t.Fatal(err)
 	}

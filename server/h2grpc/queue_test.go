@@ -282,17 +282,8 @@ func TestHalfReadMessageReturnsToPool(t *testing.T) {
 // client grows it: the streams it stopped wait in order for the next
 // connection-level WINDOW_UPDATE, and each such update pumps only them.
 func TestConnectionWindowStopsAndResumes(t *testing.T) {
-	srv := NewServer(Options{})
-	srv.RegisterService(&bigDesc, struct{}{})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(lis) }()
-	defer func() { srv.Stop(); <-served }()
-
-	c := dialRaw(t, lis.Addr().String())
+	_, addr := startBig(t, Options{})
+	c := dialRaw(t, addr)
 	// Stream windows that never stop the answers: only the connection's
 	// window of 65,535 bytes does.
 	if err := c.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1 << 30}); err != nil {
