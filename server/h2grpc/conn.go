@@ -126,9 +126,9 @@ type conn struct {
 	// the order they stopped; each once (stream.connWait).
 	connWait, spareConnWait []*stream
 	// Streams removed, whose half-read message the reader is to free.
-	removed, spareRemoved []*stream
-	sentData              bool // DATA or HEADERS written since the client's last PING
-	closeIdle             bool // drained and idle: the writer closes the connection
+	removed   []*stream
+	sentData  bool // DATA or HEADERS written since the client's last PING
+	closeIdle bool // drained and idle: the writer closes the connection
 
 	handlers sync.WaitGroup
 	writer   sync.WaitGroup
@@ -230,7 +230,8 @@ func (c *conn) teardown(err error) {
 	c.mu.Unlock()
 	c.writer.Wait()
 	c.mu.Lock()
-	r := c.takeRemoved()
+	r := c.removed
+	c.removed = nil
 	c.mu.Unlock()
 	c.dropRemoved(r)
 	if flushFor > 0 {
@@ -518,7 +519,8 @@ func (c *conn) onData(id uint32, flags http2.Flags, n int) error {
 		c.kick()
 	}
 	if len(c.removed) > 0 {
-		r := c.takeRemoved()
+		r := c.removed
+		c.removed = nil
 		c.mu.Unlock()
 		c.dropRemoved(r)
 		c.mu.Lock()

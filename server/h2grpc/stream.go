@@ -712,8 +712,8 @@ func (c *conn) opened() {
 }
 
 // remove forgets s once its call is over (under mu). The reader frees the
-// message it was reading on s, if any, when it next takes the removed
-// streams (takeRemoved): remove may run on a handler's goroutine.
+// message it was reading on s, if any, when it next takes c.removed
+// (dropRemoved): remove may run on a handler's goroutine.
 func (c *conn) remove(s *stream) {
 	s.closed = true
 	delete(c.streams, s.id)
@@ -726,24 +726,12 @@ func (c *conn) remove(s *stream) {
 	}
 }
 
-// takeRemoved returns the streams removed since its last call (under mu).
-// The caller, the reader, passes them to dropRemoved after unlocking.
-func (c *conn) takeRemoved() []*stream {
-	r := c.removed
-	c.removed, c.spareRemoved = c.spareRemoved[:0], nil
-	return r
-}
-
-// dropRemoved frees the messages half read on removed streams, and keeps
-// the slice for the next takeRemoved (reader only).
+// dropRemoved frees the messages half read on removed streams, taken from
+// c.removed under mu (reader only, after unlocking).
 func (c *conn) dropRemoved(r []*stream) {
-	for i, s := range r {
+	for _, s := range r {
 		c.dropPartial(s)
-		r[i] = nil
 	}
-	c.mu.Lock()
-	c.spareRemoved = r[:0]
-	c.mu.Unlock()
 }
 
 // closeStream ends s at once, with st for its handler: the client reset
