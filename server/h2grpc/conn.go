@@ -272,10 +272,8 @@ func (c *conn) drain() {
 	}
 	c.draining = true
 	c.goAway(c.lastID, http2.ErrCodeNo, "server shutting down")
-	if len(c.streams) == 0 && !c.opening {
-		c.closeIdle = true
-	}
 	c.kick()
+	c.closeIfDrained()
 }
 
 func (c *conn) loop() error {

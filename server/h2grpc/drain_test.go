@@ -2,14 +2,16 @@ package h2grpc
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
-	"sync"
 	"testing"
 	"time"
 
 	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -143,45 +145,63 @@ func TestUnflushedStreamsCountAgainstLimit(t *testing.T) {
 }
 
 // A stream accepted just before a drain is counted by the drain's GOAWAY,
-// so it must be served: the drain may not find the connection idle while
-// the stream is between acceptance and opening. Before the fix, the
+// so it must be served: the connection may not close as idle while the
+// stream is between acceptance and opening, whether the drain finds no
+// stream open or the last open one ends meanwhile. Before the fix, the
 // writer closed the connection there and the answer was lost (found by
-// review).
+// review; the second case by rereading the fix).
 func TestDrainWhileOpening(t *testing.T) {
-	var once sync.Once
-	testHookAccepted = func(c *conn) {
-		once.Do(func() {
-			c.drain()
-			time.Sleep(100 * time.Millisecond) // the writer's turn
-		})
-	}
-	t.Cleanup(func() { testHookAccepted = nil }) // after the server's Stop
-	_, _, addr := start(t, Options{})
-	c := dialRaw(t, addr)
-	c.headers(1, "/"+svcName+"/Echo", false)
-	c.fr.WriteData(1, true, []byte{0, 0, 0, 0, 0}) // an empty message
-	var goAway *http2.GoAwayFrame
-	var answered bool
-	for {
-		f, err := c.fr.ReadFrame()
-		if err != nil {
-			break // the server closed its side
-		}
-		switch f := f.(type) {
-		case *http2.GoAwayFrame:
-			goAway = f
-		case *http2.MetaHeadersFrame:
-			if f.StreamID == 1 && f.StreamEnded() {
-				for _, hf := range f.Fields {
-					answered = answered || hf.Name == "grpc-status" && hf.Value == "0"
+	for _, lastEnds := range []bool{false, true} {
+		t.Run(fmt.Sprintf("last open stream ends=%v", lastEnds), func(t *testing.T) {
+			echo := uint32(1)
+			if lastEnds {
+				echo = 3
+			}
+			testHookAccepted = func(c *conn) {
+				if c.lastID != echo {
+					return
+				}
+				c.drain()
+				if lastEnds {
+					// As if stream 1's handler had returned.
+					c.mu.Lock()
+					c.closeStream(c.streams[1], status.New(codes.Canceled, "test: the last open stream ends"))
+					c.mu.Unlock()
+				}
+				time.Sleep(100 * time.Millisecond) // the writer's turn
+			}
+			t.Cleanup(func() { testHookAccepted = nil }) // after the server's Stop
+			_, _, addr := start(t, Options{})
+			c := dialRaw(t, addr)
+			if lastEnds {
+				c.headers(1, "/"+svcName+"/Block", false)
+			}
+			c.headers(echo, "/"+svcName+"/Echo", false)
+			c.fr.WriteData(echo, true, []byte{0, 0, 0, 0, 0}) // an empty message
+			var goAway *http2.GoAwayFrame
+			var answered bool
+			for {
+				f, err := c.fr.ReadFrame()
+				if err != nil {
+					break // the server closed its side
+				}
+				switch f := f.(type) {
+				case *http2.GoAwayFrame:
+					goAway = f
+				case *http2.MetaHeadersFrame:
+					if f.StreamID == echo && f.StreamEnded() {
+						for _, hf := range f.Fields {
+							answered = answered || hf.Name == "grpc-status" && hf.Value == "0"
+						}
+					}
 				}
 			}
-		}
-	}
-	if goAway == nil || goAway.LastStreamID != 1 {
-		t.Fatalf("GOAWAY %v, want one counting stream 1", goAway)
-	}
-	if !answered {
-		t.Error("stream 1, counted by GOAWAY, was not answered with status OK")
+			if goAway == nil || goAway.LastStreamID != echo {
+				t.Fatalf("GOAWAY %v, want one counting stream %d", goAway, echo)
+			}
+			if !answered {
+				t.Errorf("stream %d, counted by GOAWAY, was not answered with status OK", echo)
+			}
+		})
 	}
 }

@@ -705,7 +705,13 @@ func encodeMessageFrom(msg string, i int) string {
 // drain that came meanwhile closes the connection once it is idle.
 func (c *conn) opened() {
 	c.opening = false
-	if c.draining && len(c.streams) == 0 {
+	c.closeIfDrained()
+}
+
+// closeIfDrained has the writer close a drained connection once no stream
+// is open and none is being opened (under mu).
+func (c *conn) closeIfDrained() {
+	if c.draining && len(c.streams) == 0 && !c.opening {
 		c.closeIdle = true
 		c.kick()
 	}
@@ -720,10 +726,7 @@ func (c *conn) remove(s *stream) {
 	c.removed = append(c.removed, s)
 	signal(s.rwake)
 	signal(s.swake)
-	if c.draining && len(c.streams) == 0 {
-		c.closeIdle = true
-		c.kick()
-	}
+	c.closeIfDrained()
 }
 
 // dropRemoved frees the messages half read on removed streams, taken from
