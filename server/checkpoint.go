@@ -483,24 +483,48 @@ func specString(s selector.Spec) string {
 // pacer holds a writer to a byte rate by sleeping. A checkpoint written as
 // fast as the disk takes it competes with serving for the cores, the page
 // cache and the disk; paced, the same bytes disturb it far less (see
-// docs/formats.md, Figures).
+// docs/formats.md, Figures). It is a token bucket: the writer may run at
+// most pacerStep bytes ahead of the rate before it sleeps, so it never
+// holds a core for longer than about pacerStep/rate at a time, and a
+// writer that fell behind (the cores were busy serving) does not make up
+// for it in a burst: it may lag the rate by at most pacerMaxLag, and
+// what lies beyond is forgiven.
 type pacer struct {
 	rate  float64 // bytes per second; <= 0 means no limit
 	start time.Time
 	bytes int64
 	next  int64 // bytes at which to check the clock again
+
+	now   func() time.Time // time.Now; tests replace both
+	sleep func(time.Duration)
 }
 
-func newPacer(rate int64) *pacer { return &pacer{rate: float64(rate), start: time.Now()} }
+const (
+	// pacerStep is how many bytes the writer goes between looks at the
+	// clock: 256 KiB, 2 ms at the default rate.
+	pacerStep = 256 << 10
+	// pacerMaxLag is how far behind the rate a writer may fall and still
+	// catch up at full speed.
+	pacerMaxLag = 2 * time.Millisecond
+)
+
+func newPacer(rate int64) *pacer {
+	return &pacer{rate: float64(rate), start: time.Now(), now: time.Now, sleep: time.Sleep}
+}
 
 func (p *pacer) wrote(n int) {
 	p.bytes += int64(n)
 	if p.rate <= 0 || p.bytes < p.next {
 		return
 	}
-	p.next = p.bytes + 4<<20
-	ahead := time.Duration(float64(p.bytes)/p.rate*float64(time.Second)) - time.Since(p.start)
-	if ahead > 0 {
-		time.Sleep(ahead)
+	p.next = p.bytes + pacerStep
+	due := p.start.Add(time.Duration(float64(p.bytes) / p.rate * float64(time.Second)))
+	now := p.now()
+	if ahead := due.Sub(now); ahead > 0 {
+		p.sleep(ahead)
+		return
+	}
+	if lag := now.Sub(due); lag > pacerMaxLag {
+		p.start = p.start.Add(lag - pacerMaxLag)
 	}
 }
