@@ -425,10 +425,13 @@ func (ch *churn) check(ctx context.Context, what string, err error, caused bool)
 // run's deadline. A call's deadline travels to the server as grpc-timeout,
 // and on a busy machine the server's timer can fire and its answer arrive
 // before this process's timer for the same deadline has run: the call
-// fails with DEADLINE_EXCEEDED while ctx.Err() is still nil.
+// fails with DEADLINE_EXCEEDED while ctx.Err() is still nil. The client
+// hands some calls' DEADLINE_EXCEEDED back as the status and turns others'
+// (MutatePriorities, ServerInfo) into context.DeadlineExceeded; both are it.
 func endedByServer(ctx context.Context, err error) bool {
 	dl, ok := ctx.Deadline()
-	return ok && status.Code(err) == codes.DeadlineExceeded && time.Until(dl) < time.Millisecond
+	deadline := status.Code(err) == codes.DeadlineExceeded || errors.Is(err, context.DeadlineExceeded)
+	return ok && deadline && time.Until(dl) < time.Millisecond
 }
 
 func (ch *churn) note(s string) {

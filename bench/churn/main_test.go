@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"hash/maphash"
 	"math/rand/v2"
 	"strings"
@@ -103,8 +104,9 @@ func TestParseFlags(t *testing.T) {
 }
 
 // A DEADLINE_EXCEEDED from the server at the run's deadline is the run
-// ending, even before this process's own timer has fired; earlier, or with
-// another code, it is not.
+// ending, even before this process's own timer has fired, whether the
+// client returns it as the status or as context.DeadlineExceeded; earlier,
+// or with another code, it is not.
 func TestEndedByServer(t *testing.T) {
 	deadline := status.Error(codes.DeadlineExceeded, "context deadline exceeded")
 	ended, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Millisecond))
@@ -117,7 +119,10 @@ func TestEndedByServer(t *testing.T) {
 		want bool
 	}{
 		{ended, deadline, true},
+		{ended, context.DeadlineExceeded, true},
+		{ended, fmt.Errorf("flush: %w", context.DeadlineExceeded), true},
 		{running, deadline, false},
+		{running, context.DeadlineExceeded, false},
 		{ended, status.Error(codes.Unavailable, "gone"), false},
 		{context.Background(), deadline, false},
 	} {
