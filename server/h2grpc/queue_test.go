@@ -49,9 +49,9 @@ func (l *pipeListener) dial() net.Conn {
 }
 
 // startPipe is start over a pipeListener: it serves svcDesc with opts and
-// returns the service and the client's end of one connection, with a
+// returns the server, the service and the client's end of one connection, with a
 // deadline of 20 s on it.
-func startPipe(t *testing.T, opts Options) (*svc, net.Conn) {
+func startPipe(t *testing.T, opts Options) (*Server, *svc, net.Conn) {
 	t.Helper()
 	srv := NewServer(opts)
 	impl := newSvc()
@@ -70,7 +70,27 @@ func startPipe(t *testing.T, opts Options) (*svc, net.Conn) {
 	if err := nc.SetDeadline(time.Now().Add(20 * time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	return impl, nc
+	return srv, impl, nc
+}
+
+// readersEnded reports whether srv has connections and each one's reader
+// has ended (its teardown has begun).
+func readersEnded(srv *Server) bool {
+	srv.mu.Lock()
+	conns := make([]*conn, 0, len(srv.conns))
+	for c := range srv.conns {
+		conns = append(conns, c)
+	}
+	srv.mu.Unlock()
+	for _, c := range conns {
+		c.mu.Lock()
+		closed := c.closed
+		c.mu.Unlock()
+		if !closed {
+			return false
+		}
+	}
+	return len(conns) > 0
 }
 
 // poisonPool overwrites every buffer given back to it, as the chunk store
@@ -117,7 +137,7 @@ func (c poisonCodec) Marshal(v any) (mem.BufferSlice, error) {
 // reverie a reused response buffer or another chunk's bytes.
 func TestResetKeepsGatheredBytesUntilWritten(t *testing.T) {
 	pool := &poisonPool{freed: make(chan struct{}, 1)}
-	impl, nc := startPipe(t, Options{Codec: poisonCodec{CodecV2: encoding.GetCodecV2("proto"), pool: pool}})
+	_, impl, nc := startPipe(t, Options{Codec: poisonCodec{CodecV2: encoding.GetCodecV2("proto"), pool: pool}})
 	fr := http2.NewFramer(nc, nc)
 	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	go func() { // the pipe blocks writes until the server reads them
@@ -168,7 +188,7 @@ func TestResetKeepsGatheredBytesUntilWritten(t *testing.T) {
 // its bytes), and HPACK lets the client repeat that path in a byte or two:
 // counted as 64 bytes each, 41 KiB of requests once queued 28 MiB.
 func TestEarlyAnswersCountAgainstControlBound(t *testing.T) {
-	_, nc := startPipe(t, Options{})
+	srv, _, nc := startPipe(t, Options{})
 	const requests = 3000
 	wrote := make(chan struct{})
 	go func() { // stops at the first failed write, once the server has gone
@@ -193,8 +213,18 @@ func TestEarlyAnswersCountAgainstControlBound(t *testing.T) {
 			}
 		}
 	}()
-	// Read only once the server has had time to queue what it would.
-	time.Sleep(500 * time.Millisecond)
+	// Read only once the server has queued what it would: it has read every
+	// request, or its reader has ended the connection. It then flushes
+	// what is queued for a second, so reading must start soon after. A
+	// fixed wait was too short on a loaded machine, and reading early
+	// drains the queue the test is about.
+	for deadline := time.Now().Add(15 * time.Second); !readersEnded(srv) && time.Now().Before(deadline); {
+		select {
+		case <-wrote:
+			deadline = time.Time{}
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
 	var fh [9]byte
 	total, answers := 0, 0
 	var goaway http2.ErrCode = 0xffff
