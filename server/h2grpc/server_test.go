@@ -388,11 +388,19 @@ func TestSlowReader(t *testing.T) {
 	}
 	st.SendMsg(wrapperspb.Bytes(nil))
 	st.CloseSend()
-	time.Sleep(300 * time.Millisecond)
+	// The handler must come to a stop: its count holds for 200 ms. (A
+	// fixed wait before the first look could end before a loaded machine
+	// had run the handler that far.)
 	sent := impl.sent.Load()
-	time.Sleep(200 * time.Millisecond)
-	if again := impl.sent.Load(); again != sent {
-		t.Fatalf("the handler kept sending to a client that does not read: %d then %d messages", sent, again)
+	for deadline := time.Now().Add(10 * time.Second); ; sent = impl.sent.Load() {
+		time.Sleep(200 * time.Millisecond)
+		again := impl.sent.Load()
+		if again == sent && again > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("10 s in, the handler sending to a client that does not read has not stopped (or not begun): %d then %d messages", sent, again)
+		}
 	}
 	// The client's windows (64 KiB) and maxQueuedSend, in 32 KiB messages,
 	// and the message in hand.
