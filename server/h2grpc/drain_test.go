@@ -42,10 +42,22 @@ func TestGracefulStopBeforePreface(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	connOf(t, srv) // accepted, waiting for the preface
+	c := connOf(t, srv) // accepted, waiting for the preface
 	stopped := make(chan struct{})
 	go func() { srv.GracefulStop(); close(stopped) }()
-	time.Sleep(300 * time.Millisecond) // GOAWAY queued, the server's side closed
+	// The preface must come after the drain (GOAWAY queued), however
+	// slowly GracefulStop reaches the connection.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		c.mu.Lock()
+		draining := c.draining
+		c.mu.Unlock()
+		if draining {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("GracefulStop did not drain the connection within 5 s")
+		}
+	}
 	if _, err := io.WriteString(nc, http2.ClientPreface); err != nil {
 		t.Fatal(err)
 	}
