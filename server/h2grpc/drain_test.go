@@ -30,6 +30,14 @@ func connOf(t *testing.T, srv *Server) *conn {
 	return nil
 }
 
+// locked returns f's answer, asked with c.mu held: for tests that wait on
+// the connection's state.
+func (c *conn) locked(f func() bool) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return f()
+}
+
 // GracefulStop reaches a connection whose client has not sent its preface
 // yet. The server's SETTINGS still come first, then GOAWAY; and a preface
 // that arrives after the drain must not lift the linger deadline, or a
@@ -47,13 +55,7 @@ func TestGracefulStopBeforePreface(t *testing.T) {
 	go func() { srv.GracefulStop(); close(stopped) }()
 	// The preface must come after the drain (GOAWAY queued), however
 	// slowly GracefulStop reaches the connection.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		c.mu.Lock()
-		draining := c.draining
-		c.mu.Unlock()
-		if draining {
-			break
-		}
+	for deadline := time.Now().Add(5 * time.Second); !c.locked(func() bool { return c.draining }); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("GracefulStop did not drain the connection within 5 s")
 		}

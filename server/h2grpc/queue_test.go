@@ -73,26 +73,6 @@ func startPipe(t *testing.T, opts Options) (*Server, *svc, net.Conn) {
 	return srv, impl, nc
 }
 
-// readersEnded reports whether srv has connections and each one's reader
-// has ended (its teardown has begun).
-func readersEnded(srv *Server) bool {
-	srv.mu.Lock()
-	conns := make([]*conn, 0, len(srv.conns))
-	for c := range srv.conns {
-		conns = append(conns, c)
-	}
-	srv.mu.Unlock()
-	for _, c := range conns {
-		c.mu.Lock()
-		closed := c.closed
-		c.mu.Unlock()
-		if !closed {
-			return false
-		}
-	}
-	return len(conns) > 0
-}
-
 // poisonPool overwrites every buffer given back to it, as the chunk store
 // does under PoisonRecycled, and as the buffer's next owner would: bytes
 // written from a freed buffer show up as poisonByte.
@@ -218,7 +198,8 @@ func TestEarlyAnswersCountAgainstControlBound(t *testing.T) {
 	// what is queued for a second, so reading must start soon after. A
 	// fixed wait was too short on a loaded machine, and reading early
 	// drains the queue the test is about.
-	for deadline := time.Now().Add(15 * time.Second); !readersEnded(srv) && time.Now().Before(deadline); {
+	c := connOf(t, srv)
+	for deadline := time.Now().Add(15 * time.Second); !c.locked(func() bool { return c.closed }) && time.Now().Before(deadline); {
 		select {
 		case <-wrote:
 			deadline = time.Time{}
