@@ -230,9 +230,7 @@ func (is *insertStream) itemChunks(i int, traj []byte) ([]*chunkstore.Chunk, err
 			if err := checkSlice(sl, c); err != nil {
 				return nil, fmt.Errorf("%w: %s.chunk_slices[%d]%v", ErrInvalidRequest, cf(), k, err)
 			}
-			if !containsChunk(chunks, c) {
-				chunks = append(chunks, c)
-			}
+			chunks = addChunk(chunks, c)
 		}
 	}
 	if j == 0 {
@@ -272,9 +270,7 @@ func trajectoryChunks(traj []byte, lookup func(key uint64) *chunkstore.Chunk) (c
 		if c == nil {
 			return nil, sl.chunkKey, false
 		}
-		if !containsChunk(cs, c) {
-			cs = append(cs, c)
-		}
+		cs = addChunk(cs, c)
 	}
 	for _, c := range cs {
 		c.Ref()
@@ -286,6 +282,19 @@ func unrefAll(cs []*chunkstore.Chunk) {
 	for _, c := range cs {
 		c.Unref()
 	}
+}
+
+// addChunk returns cs with c added at the end unless cs holds it already.
+// The list of a single chunk is the chunk's own (Chunk.List): most items
+// name one chunk, and this spares the collector a heap object per item.
+func addChunk(cs []*chunkstore.Chunk, c *chunkstore.Chunk) []*chunkstore.Chunk {
+	switch {
+	case len(cs) == 0:
+		return c.List()
+	case containsChunk(cs, c):
+		return cs
+	}
+	return append(cs, c)
 }
 
 func containsChunk(cs []*chunkstore.Chunk, c *chunkstore.Chunk) bool {

@@ -115,6 +115,7 @@ func (s *Store) insert(m Meta, enc []byte, recycle bool) *Chunk {
 		buf:     enc,
 		recycle: recycle,
 	}
+	c.self[0] = c
 	c.refs.Store(1)
 	if recycle {
 		c.bufRefs.Store(1) // dropped by the release
@@ -217,7 +218,17 @@ type Chunk struct {
 	onDisk     bool   // the spill holds the data
 	spilling   bool   // being written to the spill, buf still set
 	released   bool   // the last reference was dropped
+
+	// self holds the chunk itself, for List.
+	self [1]*Chunk
 }
+
+// List returns a list of one chunk, c, without allocating: its array is
+// part of the chunk. Most items name a single chunk, and a list of their
+// own would be one more heap object per item for the garbage collector to
+// mark as long as the item lives. The list must not be modified; append
+// to it copies it, as its capacity is 1.
+func (c *Chunk) List() []*Chunk { return c.self[:] }
 
 // Touch reads the chunk's first cache line, and in memory mode the first
 // byte of its encoding, and returns a value derived from them for the

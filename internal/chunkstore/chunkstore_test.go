@@ -131,3 +131,24 @@ func TestPrefetchEncoded(t *testing.T) {
 		}
 	})
 }
+
+// TestList: a chunk's list of itself holds it, and appending to it copies
+// rather than writing into the chunk.
+func TestList(t *testing.T) { forEachMode(t, testList) }
+
+func testList(t *testing.T, s *Store) {
+	a, b := s.Insert(chunk(1)), s.Insert(chunk(2))
+	defer a.Unref()
+	defer b.Unref()
+	l := a.List()
+	if len(l) != 1 || l[0] != a {
+		t.Fatalf("List = %v, want [a]", l)
+	}
+	if n := testing.AllocsPerRun(100, func() { l = a.List() }); n != 0 {
+		t.Errorf("List allocates %v times", n)
+	}
+	two := append(a.List(), b)
+	if len(two) != 2 || two[0] != a || two[1] != b || a.List()[0] != a || len(a.List()) != 1 {
+		t.Fatalf("append to List: %v, and List now %v", two, a.List())
+	}
+}
