@@ -32,6 +32,9 @@ func TestServeMetrics(t *testing.T) {
 		`reverie_rpcs_started_total{method="/deepmind.reverb.ReverbService/InsertStream"} 1`,
 		`reverie_rpcs_handled_total{code="OK",method="/deepmind.reverb.ReverbService/ServerInfo"} 1`,
 		"go_goroutines ",
+		"go_gc_duration_seconds_count ",
+		"go_cpu_classes_gc_total_cpu_seconds_total ",
+		"go_gc_cycles_total_gc_cycles_total ",
 		"process_resident_memory_bytes ",
 	} {
 		if !strings.Contains(string(body), want) {
