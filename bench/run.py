@@ -50,6 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -101,10 +102,12 @@ PROFILES = {
         payloads=[400, 40000],
         clients=[1, 8],
         go_sec=1.0,
-        py_payloads=[400, 40000],
+        py_payloads=[400],
         py_clients=[8],
         py_sec=1.0,
-        py_procs=8,
+        # Two processes, not eight: each imports TensorFlow, which on two
+        # cores takes eight of them about 40 s.
+        py_procs=2,
         py_procs_payloads=[400],
         paced_payloads=[400],
         paced_sec=1.5,
@@ -161,20 +164,26 @@ class Server:
     self.log_path = os.path.join(logdir, f'{kind}.{os.path.basename(config)}.log')
     self.proc = None
     self.port = None
+    self.metrics_port = None
 
   def __enter__(self):
     logf = open(self.log_path, 'w')
     t0 = time.monotonic()
     if self.kind in ('reverie', 'reverie-own'):
       extra = ['--transport', 'own'] if self.kind == 'reverie-own' else ['--transport', 'grpc']
+      # Metrics on a port of their own, read between runs only (gc()).
+      extra += ['--metrics', '127.0.0.1:0']
       self.proc = subprocess.Popen(
           [REVERIE, 'serve', '--config', self.config, '--listen', '127.0.0.1:0'] + extra,
           stdout=logf, stderr=logf, stdin=subprocess.DEVNULL)
       deadline = time.monotonic() + 30
       while self.port is None and time.monotonic() < deadline:
-        m = re.search(r'reverie serving.* addr=\S*:(\d+) ', open(self.log_path).read())
+        text = open(self.log_path).read()
+        m = re.search(r'reverie serving.* addr=\S*:(\d+) ', text)
+        mm = re.search(r'serving metrics.* addr=\S*:(\d+) ', text)
         if m:
           self.port = int(m.group(1))
+          self.metrics_port = int(mm.group(1)) if mm else None
         elif self.proc.poll() is not None:
           break
         else:
@@ -204,6 +213,27 @@ class Server:
   def info(self):
     return {'kind': self.kind, 'startup_sec': round(self.startup_sec, 2),
             'idle_rss_mb': self.idle_rss_mb}
+
+  def gc(self):
+    """reverie's garbage collector so far, from its /metrics: (cycles
+    completed, CPU seconds as the Go runtime estimates them), or None
+    (Reverb, or the scrape failed). The runtime adds a cycle's CPU when the
+    cycle ends, so a run is charged with the collections that end in it."""
+    if not self.metrics_port:
+      return None
+    try:
+      with urllib.request.urlopen(f'http://127.0.0.1:{self.metrics_port}/metrics', timeout=5) as r:
+        text = r.read().decode()
+    except OSError:
+      return None
+    vals = {}
+    for line in text.splitlines():
+      name, _, v = line.partition(' ')
+      if name in ('go_gc_cycles_total_gc_cycles_total', 'go_cpu_classes_gc_total_cpu_seconds_total'):
+        vals[name] = float(v)
+    if len(vals) < 2:
+      return None
+    return vals['go_gc_cycles_total_gc_cycles_total'], vals['go_cpu_classes_gc_total_cpu_seconds_total']
 
   def stop(self):
     if self.proc and self.proc.poll() is None:
@@ -280,6 +310,7 @@ class Bench:
     """Runs cmd; returns (JSON lines of its stdout, server window stats)."""
     self.nlog += 1
     errlog = os.path.join(self.logdir, f'client.{self.nlog:03d}.log')
+    gc0 = server.gc() if isinstance(server, Server) else None
     win = procstat.Window(server.pid if server else None).start()
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     with open(errlog, 'w') as ef:
@@ -295,6 +326,10 @@ class Bench:
     ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     if stats:
       stats['client_cpu_sec'] = round(ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime, 3)
+      gc1 = server.gc() if gc0 else None
+      if gc1:
+        stats['gc_cycles'] = int(gc1[0] - gc0[0])
+        stats['gc_cpu_sec'] = round(gc1[1] - gc0[1], 3)
     out = []
     for line in res.stdout.splitlines():
       line = line.strip()
@@ -314,6 +349,8 @@ class Bench:
     items = sum(report[k]['items'] for k in ('insert', 'sample') if k in report)
     if st and items:
       st['cpu_sec_per_m_items'] = round(st['cpu_sec'] / items * 1e6, 3)
+      if 'gc_cpu_sec' in st:
+        st['gc_cpu_sec_per_m_items'] = round(st['gc_cpu_sec'] / items * 1e6, 3)
     if st and 'client_cpu_sec' in st and st.get('wall_sec'):
       # CPU that neither this server nor this client used: other processes
       # on the machine (the harness, other users), as a share of all CPUs.
@@ -427,8 +464,8 @@ class Bench:
             if rec and mode == 'sample' and srv in servers:  # saturation: the best of the sweep
               sat[srv.kind] = max(sat.get(srv.kind, 0), rec['sample']['items_per_sec'])
     if payload in p['py_payloads']:
-      for mode in ('insert', 'sample'):
-        self.py_driver(servers, 'section5', table, mode, payload, p['py_clients'], p['py_sec'])
+      # One driver process for both sweeps: each start imports TensorFlow.
+      self.py_driver(servers, 'section5', table, 'insert,sample', payload, p['py_clients'], p['py_sec'])
     if payload in p['py_procs_payloads']:
       # 8 clients in 8 processes; each process imports TensorFlow once.
       self.py_driver(servers, 'section5', table, 'insert,sample', payload, [p['py_procs']],

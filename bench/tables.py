@@ -106,6 +106,18 @@ def stat(rec, key):
   return st.get(key)
 
 
+def fgc(rec):
+  """reverie's collections in a run, and their CPU per million items:
+  '1 (4.2)', '0', or '–' where not measured (Reverb, the dm-reverb driver's
+  runs, results from before they were recorded)."""
+  n = stat(rec, 'gc_cycles')
+  if n is None:
+    return '–'
+  if not n:
+    return '0'
+  return f"{n} ({fnum(stat(rec, 'gc_cpu_sec_per_m_items'))})"
+
+
 def payload_name(p):
   return {400: '400 B', 4000: '4 kB', 40000: '40 kB', 400000: '400 kB'}.get(p, f'{p} B')
 
@@ -124,7 +136,7 @@ def section5_tables(data, client):
         b = find(runs, server='reverb', payload_bytes=payload, mode=mode, clients=n)
         kv = (v or {}).get(mode) or {}
         kb = (b or {}).get(mode) or {}
-        rows.append('| {} | {} | {} | {} | **{}** | {} | {} | {} / {} | {} / {} | {} | {} | **{}** | {} | {} |'.format(
+        rows.append('| {} | {} | {} | {} | **{}** | {} | {} | {} / {} | {} / {} | {} | {} | **{}** | {} | {} | {} |'.format(
             mode, n, fnum(kv.get('items_per_sec')), fnum(kb.get('items_per_sec')),
             fratio(ratio(kv.get('items_per_sec'), kb.get('items_per_sec'))),
             fnum(kv.get('mb_per_sec')), fnum(kb.get('mb_per_sec')),
@@ -132,14 +144,14 @@ def section5_tables(data, client):
             fms(kb.get('p50_ms')), fms(kb.get('p99_ms')),
             fnum(stat(v, 'cpu_sec_per_m_items')), fnum(stat(b, 'cpu_sec_per_m_items')),
             fratio(ratio(stat(v, 'cpu_sec_per_m_items'), stat(b, 'cpu_sec_per_m_items'))),
-            fnum(stat(v, 'peak_rss_mb')), fnum(stat(b, 'peak_rss_mb'))))
+            fgc(v), fnum(stat(v, 'peak_rss_mb')), fnum(stat(b, 'peak_rss_mb'))))
     if not rows:
       continue
     out.append(f'#### {payload_name(payload)}, {CLIENT_NAMES[client]}\n')
     out.append('| mode | clients | reverie items/s | Reverb items/s | ratio | reverie MB/s | Reverb MB/s '
                '| reverie p50 / p99 | Reverb p50 / p99 | reverie CPU s/M items | Reverb CPU s/M items '
-               '| CPU ratio | reverie peak RSS MB | Reverb peak RSS MB |')
-    out.append('|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|')
+               '| CPU ratio | reverie collections (GC CPU s/M items) | reverie peak RSS MB | Reverb peak RSS MB |')
+    out.append('|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|')
     out.extend(rows)
     out.append('')
   return out
@@ -148,8 +160,9 @@ def section5_tables(data, client):
 def batched_table(data):
   runs = data['runs']
   out = ['| mode | `reverie bench` flags | clients | reverie items/s | Reverb items/s | ratio | reverie p50 / p99 '
-         '| Reverb p50 / p99 | reverie CPU s/M items | Reverb CPU s/M items | CPU ratio |',
-         '|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|']
+         '| Reverb p50 / p99 | reverie CPU s/M items | Reverb CPU s/M items | CPU ratio '
+         '| reverie collections (GC CPU s/M items) |',
+         '|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|']
   for mode in ('insert', 'sample'):
     for n in sorted({r['clients'] for r in runs if r['mode'] == mode}):
       v = find(runs, server='reverie', mode=mode, clients=n)
@@ -159,7 +172,8 @@ def batched_table(data):
                  f"| **{fratio(ratio(kv.get('items_per_sec'), kb.get('items_per_sec')))}** "
                  f"| {fms(kv.get('p50_ms'))} / {fms(kv.get('p99_ms'))} | {fms(kb.get('p50_ms'))} / {fms(kb.get('p99_ms'))} "
                  f"| {fnum(stat(v, 'cpu_sec_per_m_items'))} | {fnum(stat(b, 'cpu_sec_per_m_items'))} "
-                 f"| **{fratio(ratio(stat(v, 'cpu_sec_per_m_items'), stat(b, 'cpu_sec_per_m_items')))}** |")
+                 f"| **{fratio(ratio(stat(v, 'cpu_sec_per_m_items'), stat(b, 'cpu_sec_per_m_items')))}** "
+                 f"| {fgc(v)} |")
   out.append('')
   return out
 
@@ -169,8 +183,8 @@ def paced_table(data):
   if not runs:
     return []
   out = ['| payload | offered load | server | offered items/s | got items/s | p50 | p99 | p999 | late requests '
-         '| client timer late p50 / p99 | server CPU s/M items |',
-         '|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|']
+         '| client timer late p50 / p99 | server CPU s/M items | collections (GC CPU s/M items) |',
+         '|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|']
   for r in sorted(runs, key=lambda r: (r['payload_bytes'], r['rate_basis'], r['server'])):
     sat = r['saturation_items_per_sec']
     if r['rate_basis'] == 'own':
@@ -186,7 +200,7 @@ def paced_table(data):
     out.append(f"| {payload_name(r['payload_bytes'])} | {basis} | {NAMES[r['server']]} "
                f"| {fnum(r['offered_items_per_sec'])} | {fnum(s['items_per_sec'])} | {fms(s['p50_ms'])} "
                f"| **{fms(s['p99_ms'])}** | {fms(s['p999_ms'])} | {r['late_requests']} | {wake} "
-               f"| {fnum(stat(r, 'cpu_sec_per_m_items'))} |")
+               f"| {fnum(stat(r, 'cpu_sec_per_m_items'))} | {fgc(r)} |")
   out.append('')
   return out
 
@@ -217,8 +231,9 @@ def queue_table(data):
 
 
 def prio_table(data):
-  out = ['| phase | server | items | items/s | MB/s | p50 | p99 | update p50 / p99 | server CPU s/M items | peak RSS MB | table size after |',
-         '|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|']
+  out = ['| phase | server | items | items/s | MB/s | p50 | p99 | update p50 / p99 | server CPU s/M items '
+         '| collections (GC CPU s/M items) | peak RSS MB | table size after |',
+         '|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|']
   for phase in ('insert', 'sample'):
     for srv in SERVERS:
       r = find(data['runs'], server=srv, phase=phase)
@@ -228,7 +243,7 @@ def prio_table(data):
       upd = (f"{fms(k.get('update_p50_ms'))} / {fms(k.get('update_p99_ms'))}" if phase == 'sample' else '')
       out.append(f"| {phase} | {NAMES[srv]} | {fnum(k['items'])} | {fnum(k['items_per_sec'])} | {fnum(k['mb_per_sec'])} "
                  f"| {fms(k['p50_ms'])} | {fms(k['p99_ms'])} | {upd} | {fnum(stat(r, 'cpu_sec_per_m_items'))} "
-                 f"| {fnum(stat(r, 'peak_rss_mb'))} | {fnum(r.get('table_size'))} |")
+                 f"| {fgc(r)} | {fnum(stat(r, 'peak_rss_mb'))} | {fnum(r.get('table_size'))} |")
   out.append('')
   rs = []
   for phase in ('insert', 'sample'):
@@ -445,6 +460,31 @@ def single_runs(outdir):
   return ''.join(names)
 
 
+def gc_summary(outdir):
+  """A sentence on reverie's collections over the runs that measured them
+  (its Go-client, paced and prioritized runs), or ''."""
+  runs = withgc = cycles = 0
+  gc_cpu = cpu = 0.0
+  for w in ('section5', 'batched', 'queue', 'prioritized'):
+    d = load(outdir, w, best=False)
+    for r in (d or {}).get('runs', []):
+      st = r.get('server_stats') or {}
+      if r['server'] != 'reverie' or st.get('gc_cycles') is None:
+        continue
+      runs += 1
+      withgc += st['gc_cycles'] > 0
+      cycles += st['gc_cycles']
+      gc_cpu += st['gc_cpu_sec']
+      cpu += st['cpu_sec']
+  if not runs:
+    return ''
+  return (f"reverie's garbage collector (from its /metrics, read between runs): {withgc} of reverie's "
+          f"{runs} measured runs (Go client, paced and prioritized; not the dm-reverb driver's) saw "
+          f"{cycles} collections end in all, which took {100 * gc_cpu / cpu:.0f}% of its server CPU over "
+          f"those runs ({gc_cpu:.1f} of {cpu:.1f} s, the Go runtime's estimate). The tables give each "
+          f"run's collections and their CPU per million items beside its CPU.")
+
+
 def render(outdir):
   out = []
   s5 = load(outdir, 'section5')
@@ -491,6 +531,10 @@ def render(outdir):
     if shares['steal_cpu_share']:
       line += (f" Time the hypervisor gave to other guests (steal, from /proc/stat) was {spread(shares['steal_cpu_share'])}.")
     out.append(line)
+    out.append('')
+  gc = gc_summary(outdir)
+  if gc:
+    out.append(gc)
     out.append('')
   t = targets(outdir)
   if t:
