@@ -80,7 +80,7 @@ func (s *Server) serveSampleRequest(ctx context.Context, req *reverbpb.SampleStr
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		samples, err := t.Sample(ctx, int(batch), timeout)
+		samples, err := t.SampleInto(ctx, rb.samples, int(batch), timeout)
 		if err != nil {
 			return err
 		}
@@ -94,6 +94,7 @@ func (s *Server) serveSampleRequest(ctx context.Context, req *reverbpb.SampleStr
 		for i := range samples {
 			samples[i].Unpin()
 		}
+		rb.keepSamples(samples)
 		if err != nil {
 			return err
 		}
@@ -126,6 +127,24 @@ type responseBuilder struct {
 	info   []byte              // scratch: the encoded SampleInfo of a sample
 	encs   [][]byte            // scratch: the chunk encodings of a sample
 	owners []*chunkstore.Chunk // scratch: the chunk of each of encs
+	// samples is the buffer the stream's samples are taken into
+	// (Table.SampleInto), empty between batches.
+	samples []table.Sampled
+}
+
+// maxKeptSamples bounds the samples buffer a stream keeps between
+// batches. Batches double up to a request's num_samples; a stream that
+// asked for a huge one lets its buffer go rather than hold it while idle.
+const maxKeptSamples = 4096
+
+// keepSamples keeps the memory of samples, which were sent and unpinned,
+// for the stream's next batch, cleared so that it holds on to no chunk.
+func (b *responseBuilder) keepSamples(samples []table.Sampled) {
+	clear(samples)
+	if cap(samples) > maxKeptSamples {
+		samples = nil
+	}
+	b.samples = samples[:0]
 }
 
 // segment: big, the encoding of chunk, comes after buf[:end].

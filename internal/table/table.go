@@ -289,6 +289,16 @@ func (t *Table) Insert(ctx context.Context, item Item) error {
 // fails at once with ErrRateLimiterTimeout when nothing can be sampled now;
 // timeout > 0 bounds the wait.
 func (t *Table) Sample(ctx context.Context, n int, timeout time.Duration) ([]Sampled, error) {
+	return t.SampleInto(ctx, nil, n, timeout)
+}
+
+// SampleInto is Sample, but it puts the samples in dst's memory (from
+// dst[:0]) when they fit, so that a caller sampling over and over can reuse
+// one buffer rather than allocate a slice per call, which on a busy
+// sampling stream is most of what the server allocates. The caller must
+// be done with the samples in dst before the call; on error the returned
+// slice is nil and dst's contents are undefined.
+func (t *Table) SampleInto(ctx context.Context, dst []Sampled, n int, timeout time.Duration) ([]Sampled, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("table: Sample of %d items", n)
 	}
@@ -298,7 +308,7 @@ func (t *Table) Sample(ctx context.Context, n int, timeout time.Duration) ([]Sam
 		return nil, ErrClosed
 	}
 	if t.mu.samples.len() == 0 {
-		out := t.sampleLocked(nil, n, false)
+		out := t.sampleLocked(dst[:0], n, false)
 		if len(out) > 0 {
 			t.pumpLocked()
 			t.mu.Unlock()
@@ -309,7 +319,7 @@ func (t *Table) Sample(ctx context.Context, n int, timeout time.Duration) ([]Sam
 		t.mu.Unlock()
 		return nil, ErrRateLimiterTimeout
 	}
-	w := &sampleWaiter{want: n, done: make(chan struct{})}
+	w := &sampleWaiter{want: n, out: dst[:0], done: make(chan struct{})}
 	t.mu.samples.push(w)
 	t.mu.Unlock()
 	defer t.sampleWaits.since(time.Now())

@@ -546,3 +546,55 @@ func TestConcurrentInsertSample(t *testing.T) {
 	}
 	f.checkNoChunks()
 }
+
+// TestSampleInto: samples go into the caller's buffer when they fit, with
+// no allocation, whether taken at once or by a sampler that waited on the
+// rate limiter; a buffer too small is replaced.
+func TestSampleInto(t *testing.T) {
+	f := newFixture(t, uniform, fifo, 100, 0, ratelimit.MinSize(2))
+	ctx := context.Background()
+	buf := make([]Sampled, 0, 8)
+
+	// Blocked: one item, and MinSize(2).
+	f.insert(1, 1)
+	got := make(chan []Sampled)
+	go func() {
+		out, err := f.table.SampleInto(ctx, buf, 3, -1)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- out
+	}()
+	waitFor(t, func() bool { return f.table.Info().PendingSamples == 1 })
+	f.insert(2, 1)
+	out := <-got
+	if len(out) == 0 || len(out) > 3 || &out[0] != &buf[:1][0] || !out[0].RateLimited {
+		t.Fatalf("waiting SampleInto: %d samples, in buf %v, rate limited %v", len(out), len(out) > 0 && &out[0] == &buf[:1][0], len(out) > 0 && out[0].RateLimited)
+	}
+	for i := range out {
+		out[i].Unpin()
+	}
+
+	// At once, over and over: the buffer's memory, and no allocation.
+	allocs := testing.AllocsPerRun(100, func() {
+		out, err := f.table.SampleInto(ctx, buf, 8, 0)
+		if err != nil || len(out) != 8 || &out[0] != &buf[:1][0] {
+			t.Fatalf("SampleInto: %d samples, err %v, in buf %v", len(out), err, len(out) > 0 && &out[0] == &buf[:1][0])
+		}
+		for i := range out {
+			out[i].Unpin()
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("SampleInto with a buffer that fits allocates %v times", allocs)
+	}
+
+	// A batch larger than the buffer gets memory of its own.
+	out, err := f.table.SampleInto(ctx, buf, 20, 0)
+	if err != nil || len(out) != 20 {
+		t.Fatalf("SampleInto 20 into a buffer of 8: %d samples, err %v", len(out), err)
+	}
+	for i := range out {
+		out[i].Unpin()
+	}
+}
