@@ -45,7 +45,7 @@ conformance:
 	scripts/conformance.sh
 
 # reverie against Reverb 0.14.0 on the same machine, same tables, same
-# clients (issue 7): results in bench/results/, plots in docs/, about 12 min.
+# clients (issue 7): results in bench/results/, plots in docs/, about 14 min.
 # bench-quick: a reduced run for development, about 100 s, into
 # bench/results/quick/. Both install what they need (see bench/bench.sh).
 bench:

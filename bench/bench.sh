@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # reverie against Reverb 0.14.0, side by side (issue 7).
 #
-#   bench/bench.sh            (make bench)        about 12 minutes
+#   bench/bench.sh            (make bench)        about 14 minutes
 #   bench/bench.sh --quick    (make bench-quick)  about 100 seconds
 #   bench/bench.sh [--quick] --only section5,queue,prioritized,echo
 #
