@@ -6,6 +6,7 @@ only.
 
 import os
 import time
+import urllib.request
 
 _CLK_TCK = os.sysconf('SC_CLK_TCK')
 
@@ -41,6 +42,38 @@ def machine_seconds():
   # time is already counted in user and nice.
   total = sum(vals[:8])
   return (total - vals[3] - vals[4]) / _CLK_TCK, vals[7] / _CLK_TCK
+
+
+def gc_counters(metrics_port):
+  """reverie's garbage collector so far, from its /metrics on loopback:
+  (cycles completed, CPU seconds as the Go runtime estimates them), or
+  None (no port, or the scrape failed). The runtime adds a cycle's CPU
+  when the cycle ends, so a window is charged with the collections that
+  end in it. Read it outside a window whose server CPU is measured: a
+  scrape costs the server a little CPU."""
+  if not metrics_port:
+    return None
+  try:
+    with urllib.request.urlopen(f'http://127.0.0.1:{metrics_port}/metrics', timeout=5) as r:
+      text = r.read().decode()
+  except OSError:
+    return None
+  vals = {}
+  for line in text.splitlines():
+    name, _, v = line.partition(' ')
+    if name in ('go_gc_cycles_total_gc_cycles_total', 'go_cpu_classes_gc_total_cpu_seconds_total'):
+      vals[name] = float(v)
+  if len(vals) < 2:
+    return None
+  return vals['go_gc_cycles_total_gc_cycles_total'], vals['go_cpu_classes_gc_total_cpu_seconds_total']
+
+
+def add_gc(stats, gc0, gc1):
+  """Adds gc_cycles and gc_cpu_sec to a window's stats, given the
+  counters before and after it (either may be None: nothing added)."""
+  if stats and gc0 and gc1:
+    stats['gc_cycles'] = int(gc1[0] - gc0[0])
+    stats['gc_cpu_sec'] = round(gc1[1] - gc0[1], 3)
 
 
 def reset_peak_rss(pid):

@@ -230,7 +230,7 @@ def split(mode, clients):
   return clients, 0
 
 
-def run(args, clients, addr, server_pid, target):
+def run(args, clients, addr, server_pid, target, metrics_port=0):
   writers, samplers = split(args.mode, clients)
   prefilled = prefill(addr, args.table, args.payload) if samplers else 0
 
@@ -242,6 +242,7 @@ def run(args, clients, addr, server_pid, target):
   wstats = [Stats() for _ in range(writers)]
   sstats = [Stats() for _ in range(samplers)]
   late = None
+  gc0 = procstat.gc_counters(metrics_port)  # outside the window
   if args.start_at:
     # Several driver processes measure one window together (bench/py-ab.sh).
     late = time.time() - args.start_at
@@ -278,6 +279,7 @@ def run(args, clients, addr, server_pid, target):
   ru1 = resource.getrusage(resource.RUSAGE_SELF)
   if server:
     server['client_cpu_sec'] = round(ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime, 3)
+  procstat.add_gc(server, gc0, procstat.gc_counters(metrics_port) if gc0 else None)
 
   rep = report(args, target, addr, clients, prefilled, 'dm-reverb 0.14.0 (Python, threads)',
                wstats, sstats, start, late, server)
@@ -400,7 +402,7 @@ class Workers:
     for p in self.procs:
       p.wait()
 
-  def run(self, args, clients, addr, server_pid, target):
+  def run(self, args, clients, addr, server_pid, target, metrics_port=0):
     """run(), with the clients spread over the workers."""
     writers, samplers = split(args.mode, clients)
     prefilled = prefill(addr, args.table, args.payload) if samplers else 0
@@ -408,6 +410,7 @@ class Workers:
     # Connecting takes a few milliseconds per client; samplers start
     # streaming when made, so they are made inside the window, as in run().
     start_at = time.time() + 0.5 + 0.05 * clients
+    gc0 = procstat.gc_counters(metrics_port)  # outside the window
     busy = []
     for i, p in enumerate(self.procs):
       w = writers // n + (i < writers % n)
@@ -426,6 +429,7 @@ class Workers:
     server = window.stop()
     if server:
       server['client_cpu_sec'] = round(sum(o['cpu_sec'] for o in outs), 3)
+    procstat.add_gc(server, gc0, procstat.gc_counters(metrics_port) if gc0 else None)
     start = min(o['start'] for o in outs)
     late = max(o['late'] for o in outs)
     wstats = [load_stats(d) for o in outs for d in o['writers']]
@@ -457,11 +461,14 @@ def main(argv):
   p.add_argument('--server-pid', type=int, default=0,
                  help='server process to measure (CPU seconds, peak RSS)')
   p.add_argument('--target', action='append', default=[],
-                 metavar='NAME,HOST:PORT,PID',
+                 metavar='NAME,HOST:PORT,PID[,METRICS_PORT]',
                  help='instead of --addr/--server-pid: a server to drive, '
                  'repeatable; runs alternate between the targets (for each '
                  'client count and repetition, every target in turn, the '
-                 'order rotating), so that background load hits them alike')
+                 'order rotating), so that background load hits them alike. '
+                 'With a metrics port (reverie serve --metrics on loopback; 0 '
+                 'for none) each run also counts the collections of reverie\'s '
+                 'garbage collector that end in it')
   p.add_argument('--reps', type=int, default=1,
                  help='runs per client count and target')
   p.add_argument('--start-at', type=float, default=0,
@@ -478,10 +485,10 @@ def main(argv):
     return worker_main()
   targets = []
   for t in args.target:
-    name, addr, pid = t.split(',')
-    targets.append((name, addr, int(pid)))
+    name, addr, pid, *metrics = t.split(',')
+    targets.append((name, addr, int(pid), int(metrics[0]) if metrics else 0))
   if args.addr:
-    targets.append(('server', args.addr, args.server_pid))
+    targets.append(('server', args.addr, args.server_pid, 0))
   if not targets:
     p.error('give --addr or --target')
   counts = [int(c) for c in args.clients.split(',')]
@@ -513,8 +520,8 @@ def main(argv):
         for _ in range(args.reps):
           order = targets[turn % len(targets):] + targets[:turn % len(targets)]
           turn += 1
-          for name, addr, pid in order:
-            errors += (workers.run if workers else run)(args, n, addr, pid, name)
+          for name, addr, pid, metrics_port in order:
+            errors += (workers.run if workers else run)(args, n, addr, pid, name, metrics_port)
   finally:
     if workers:
       workers.close()

@@ -50,7 +50,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -216,25 +215,8 @@ class Server:
             'idle_rss_mb': self.idle_rss_mb}
 
   def gc(self):
-    """reverie's garbage collector so far, from its /metrics: (cycles
-    completed, CPU seconds as the Go runtime estimates them), or None
-    (Reverb, or the scrape failed). The runtime adds a cycle's CPU when the
-    cycle ends, so a run is charged with the collections that end in it."""
-    if not self.metrics_port:
-      return None
-    try:
-      with urllib.request.urlopen(f'http://127.0.0.1:{self.metrics_port}/metrics', timeout=5) as r:
-        text = r.read().decode()
-    except OSError:
-      return None
-    vals = {}
-    for line in text.splitlines():
-      name, _, v = line.partition(' ')
-      if name in ('go_gc_cycles_total_gc_cycles_total', 'go_cpu_classes_gc_total_cpu_seconds_total'):
-        vals[name] = float(v)
-    if len(vals) < 2:
-      return None
-    return vals['go_gc_cycles_total_gc_cycles_total'], vals['go_cpu_classes_gc_total_cpu_seconds_total']
+    """reverie's collector counters (procstat.gc_counters), or None."""
+    return procstat.gc_counters(self.metrics_port)
 
   def stop(self):
     if self.proc and self.proc.poll() is None:
@@ -327,10 +309,7 @@ class Bench:
     ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     if stats:
       stats['client_cpu_sec'] = round(ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime, 3)
-      gc1 = server.gc() if gc0 else None
-      if gc1:
-        stats['gc_cycles'] = int(gc1[0] - gc0[0])
-        stats['gc_cpu_sec'] = round(gc1[1] - gc0[1], 3)
+      procstat.add_gc(stats, gc0, server.gc() if gc0 else None)
     out = []
     for line in res.stdout.splitlines():
       line = line.strip()
@@ -394,7 +373,8 @@ class Bench:
            ','.join(map(str, clients)), '--duration', str(sec), '--reps', str(reps),
            '--procs', str(procs)]
     for srv in servers:
-      cmd += ['--target', f'{srv.kind},{srv.addr},{srv.pid}']
+      # The metrics port, if any, lets the driver count collections.
+      cmd += ['--target', f'{srv.kind},{srv.addr},{srv.pid},{srv.metrics_port or 0}']
     runs = len(mode.split(',')) * len(clients) * len(servers) * reps
     out, _ = self._run(cmd, timeout=60 + 30 * (procs > 1) + 10 * runs * sec)
     by_kind = {srv.kind: srv for srv in servers}

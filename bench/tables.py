@@ -108,8 +108,8 @@ def stat(rec, key):
 
 def fgc(rec):
   """reverie's collections in a run, and their CPU per million items:
-  '1 (4.2)', '0', or '–' where not measured (Reverb, the dm-reverb driver's
-  runs, results from before they were recorded)."""
+  '1 (4.2)', '0', or '–' where not counted (Reverb, and results from
+  before they were counted)."""
   n = stat(rec, 'gc_cycles')
   if n is None:
     return '–'
@@ -207,15 +207,15 @@ def paced_table(data):
 
 def queue_table(data):
   out = ['| client | clients (producers + consumers) | server | produced items/s | consumed items/s | consumed MB/s '
-         '| insert p50 / p99 | sample p50 / p99 | server CPU s/M items | peak RSS MB |',
-         '|---|---|---|--:|--:|--:|--:|--:|--:|--:|']
+         '| insert p50 / p99 | sample p50 / p99 | server CPU s/M items | collections (GC CPU s/M items) | peak RSS MB |',
+         '|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|']
   runs = sorted(data['runs'], key=lambda r: (r['client'], r['clients'], r['server'] != 'reverie'))
   for r in runs:
     i, s = r.get('insert', {}), r.get('sample', {})
     out.append(f"| {r['client']} | {r['clients']} ({i.get('clients')} + {s.get('clients')}) | {NAMES[r['server']]} "
                f"| {fnum(i.get('items_per_sec'))} | {fnum(s.get('items_per_sec'))} | {fnum(s.get('mb_per_sec'))} "
                f"| {fms(i.get('p50_ms'))} / {fms(i.get('p99_ms'))} | {fms(s.get('p50_ms'))} / {fms(s.get('p99_ms'))} "
-               f"| {fnum(stat(r, 'cpu_sec_per_m_items'))} | {fnum(stat(r, 'peak_rss_mb'))} |")
+               f"| {fnum(stat(r, 'cpu_sec_per_m_items'))} | {fgc(r)} | {fnum(stat(r, 'peak_rss_mb'))} |")
   out.append('')
   ratios = []
   for client in ('go', 'py'):
@@ -461,8 +461,9 @@ def single_runs(outdir):
 
 
 def gc_summary(outdir):
-  """A sentence on reverie's collections over the runs that measured them
-  (its Go-client, paced and prioritized runs), or ''."""
+  """A sentence on reverie's collections over the runs that counted them
+  (every run against reverie's default server, from the results of
+  2026-11-27 11:50 on), or ''."""
   runs = withgc = cycles = 0
   gc_cpu = cpu = 0.0
   for w in ('section5', 'batched', 'queue', 'prioritized'):
@@ -479,7 +480,7 @@ def gc_summary(outdir):
   if not runs:
     return ''
   return (f"reverie's garbage collector (from its /metrics, read between runs): {withgc} of reverie's "
-          f"{runs} measured runs (Go client, paced and prioritized; not the dm-reverb driver's) saw "
+          f"{runs} runs that counted them saw "
           f"{cycles} collections end in all, which took {100 * gc_cpu / cpu:.0f}% of its server CPU over "
           f"those runs ({gc_cpu:.1f} of {cpu:.1f} s, the Go runtime's estimate). The tables give each "
           f"run's collections and their CPU per million items beside its CPU.")
