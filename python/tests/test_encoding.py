@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import reverie
+from reverie import _keys
 from reverie import _tree
 from reverie import _wire
 from reverie import encoding
@@ -254,6 +255,55 @@ def test_chunk_encoding():
   assert back[2].tolist() == names.tolist()
   with pytest.raises(reverie.InvalidArgumentError, match='rows'):
     encoding.encode_chunk(1, (1, 0, 0, False), [obs, reward[:2]])
+
+
+# Every length a varint can have, at both ends, and zero.
+VARINT_VALUES = [0, 1, 2**64 - 1] + [
+    v for k in range(1, 10) for v in (2**(7 * k) - 1, 2**(7 * k))]
+
+
+def _protobuf_varint(v):
+  # A uint64 field 1: tag byte 0x08, then the varint.
+  return schema_pb2.FlatTrajectory.ChunkSlice(chunk_key=v).SerializeToString()[1:]
+
+
+@pytest.mark.parametrize('v', VARINT_VALUES)
+def test_varint_matches_protobuf(v):
+  want = _protobuf_varint(v) if v else b'\x00'
+  assert _wire.varint(v) == want
+  assert _keys.varints(np.array([v], np.uint64)) == [want]
+
+
+def test_new_key_varint():
+  pairs = [_keys.new_key_varint() for _ in range(4 * _keys._BATCH + 3)]  # pylint: disable=protected-access
+  for key, kv in pairs:
+    assert 0 <= key < 2**64
+    assert kv == _protobuf_varint(key)
+  keys = [k for k, _ in pairs]
+  assert len(set(keys)) == len(keys)
+  # Uniform over 64 bits: about half have the top bit set (this bound
+  # fails with odds below 1e-9).
+  top = sum(k >> 63 for k in keys)
+  assert 0.4 * len(keys) < top < 0.6 * len(keys)
+  assert 0 <= _keys.new_key() < 2**64
+
+
+@pytest.mark.skipif(not hasattr(os, 'fork'), reason='needs os.fork')
+def test_new_key_differs_in_forked_child():
+  # The child must not hand out the keys the parent drew but did not use.
+  _keys.new_key()  # the pool holds unused keys now
+  r, w = os.pipe()
+  pid = os.fork()
+  if pid == 0:
+    os.close(r)
+    os.write(w, b','.join(str(_keys.new_key()).encode() for _ in range(8)))
+    os._exit(0)  # pylint: disable=protected-access
+  os.close(w)
+  with os.fdopen(r, 'rb') as f:
+    child = [int(x) for x in f.read().split(b',')]
+  os.waitpid(pid, 0)
+  parent = [_keys.new_key() for _ in range(8)]
+  assert not set(child) & set(parent)
 
 
 def test_wire_insert_request_matches_protobuf():

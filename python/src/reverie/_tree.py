@@ -15,8 +15,18 @@ def is_namedtuple(x):
   return isinstance(x, tuple) and hasattr(type(x), '_fields')
 
 
+# Whether values of a type are nests, by type: isinstance against the
+# Mapping ABC is one of the slower steps of flattening a step of arrays.
+# Only types seen are cached, a handful in any program.
+_nested_types = {list: True, tuple: True, dict: True}
+
+
 def _is_nested(x):
-  return isinstance(x, (list, tuple, _Mapping))
+  t = type(x)
+  nested = _nested_types.get(t)
+  if nested is None:
+    nested = _nested_types[t] = isinstance(x, (list, tuple, _Mapping))
+  return nested
 
 
 def _sorted_keys(m):
@@ -36,7 +46,7 @@ def flatten(s):
 
 
 def _flatten_into(s, out):
-  if isinstance(s, _Mapping):
+  if type(s) is dict or isinstance(s, _Mapping):
     for k in _sorted_keys(s):
       v = s[k]
       if _is_nested(v):
@@ -61,14 +71,14 @@ def flatten_with_path(s):
 
 
 def _flatten_with_path_into(s, path, out):
-  if isinstance(s, _Mapping):
+  if not _is_nested(s):
+    out.append((path, s))
+  elif type(s) is dict or isinstance(s, _Mapping):
     for k in _sorted_keys(s):
       _flatten_with_path_into(s[k], path + (k,), out)
-  elif isinstance(s, (list, tuple)):
+  else:
     for i, v in enumerate(s):
       _flatten_with_path_into(v, path + (i,), out)
-  else:
-    out.append((path, s))
 
 
 def _sequence_like(instance, values):

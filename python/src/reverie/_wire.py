@@ -30,6 +30,12 @@ def varint(v):
   """The varint encoding of an int in [0, 2**64)."""
   if v < 0x80:
     return _SMALL[v]
+  # Lengths and step numbers mostly take two or three bytes; random keys
+  # come with their encoding (_keys.new_key_varint).
+  if v < 0x4000:
+    return bytes(((v & 0x7f) | 0x80, v >> 7))
+  if v < 0x200000:
+    return bytes(((v & 0x7f) | 0x80, ((v >> 7) & 0x7f) | 0x80, v >> 14))
   out = bytearray()
   while v >= 0x80:
     out.append((v & 0x7f) | 0x80)
@@ -64,15 +70,26 @@ def insert_request(chunks, items, keep_keys):
   return b''.join(parts)
 
 
+# TensorProto bytes before tensor_content, by (dtype, shape): a writer's
+# chunks of a column mostly share both. Bounded, as shapes are the caller's.
+_tensor_heads = {}
+_MAX_TENSOR_HEADS = 4096
+
+
 def tensor_proto(dtype, shape, content):
   """TensorProto bytes (the shape is always present, even for scalars)."""
-  dims = b''.join([b'\x12\x02\x08' + _SMALL[d] if 0 < d < 0x80 else
-                   field_bytes(b'\x12', b'\x08' + varint(d) if d else b'')
-                   for d in shape])
-  out = b'\x08' + varint(dtype) + field_bytes(b'\x12', dims)
+  key = (dtype, tuple(shape))
+  head = _tensor_heads.get(key)
+  if head is None:
+    dims = b''.join([b'\x12\x02\x08' + _SMALL[d] if 0 < d < 0x80 else
+                     field_bytes(b'\x12', b'\x08' + varint(d) if d else b'')
+                     for d in shape])
+    head = b'\x08' + varint(dtype) + field_bytes(b'\x12', dims)
+    if len(_tensor_heads) < _MAX_TENSOR_HEADS:
+      _tensor_heads[key] = head
   if content:
-    out += field_bytes(b'\x22', content)
-  return out
+    return head + field_bytes(b'\x22', content)
+  return head
 
 
 def sequence_range(episode_varint, start, end, sparse):

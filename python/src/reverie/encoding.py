@@ -116,8 +116,20 @@ def _bfloat16_dtype():
   return np.dtype(ml_dtypes.bfloat16)
 
 
+_dtype_enums = {}  # np.dtype -> DataType, for the dtypes seen
+
+
 def dtype_enum(dtype):
   """The TensorFlow DataType value for a numpy dtype."""
+  dt = _dtype_enums.get(dtype) if isinstance(dtype, np.dtype) else None
+  if dt is None:
+    dt = _dtype_enum(dtype)
+    if isinstance(dtype, np.dtype):
+      _dtype_enums[dtype] = dt
+  return dt
+
+
+def _dtype_enum(dtype):
   dtype = np.dtype(dtype)
   if dtype.kind in 'SUO':
     return DT_STRING
@@ -330,11 +342,19 @@ def delta_decode(arr):
 
 def compress(arr):
   """Snappy block of the little-endian bytes of ``arr``."""
-  raw = _little_endian(arr).reshape(-1).view(np.uint8)
-  if raw.size > _MAX_SNAPPY_INPUT:
+  arr = _little_endian(arr)
+  if arr.nbytes > _MAX_SNAPPY_INPUT:
     raise errors.InvalidArgumentError(
-        f'tensor of {raw.size} bytes is too large for Snappy')
-  return bytes(_snappy.compress_raw(raw))
+        f'tensor of {arr.nbytes} bytes is too large for Snappy')
+  if arr.ndim:
+    # Snappy reads the array's memory as it is (it is C-contiguous), which
+    # saves making a flat byte view of it first: a tenth of the cost of a
+    # small step.
+    try:
+      return bytes(_snappy.compress_raw(arr))
+    except (TypeError, BufferError, ValueError):
+      pass  # a dtype the buffer protocol does not export (bfloat16)
+  return bytes(_snappy.compress_raw(arr.reshape(-1).view(np.uint8)))
 
 
 def encode_tensor(arr, delta=False):

@@ -24,7 +24,6 @@ Any other failure is sticky: every later call raises it.
 
 import collections
 import logging
-import math
 import threading
 import time
 from typing import Optional
@@ -73,9 +72,8 @@ class _Chunk:
   __slots__ = ('key', 'kv', 'column', 'episode', 'steps', 'rows', 'array',
                'data')
 
-  def __init__(self, key, column, episode):
-    self.key = key
-    self.kv = _wire.varint(key)
+  def __init__(self, key_varint, column, episode):
+    self.key, self.kv = key_varint
     self.column = column
     self.episode = episode  # varint of the episode id
     self.steps = []
@@ -86,12 +84,23 @@ class _Chunk:
 
 class _Cell:
   """One step of one column: a row of a chunk."""
-  __slots__ = ('chunk', 'row', 'live')
+  __slots__ = ('chunk', 'row', 'live', 'wire')
 
   def __init__(self, chunk, row):
     self.chunk = chunk
     self.row = row
     self.live = True  # False once the step left the history
+    # The chunk_slices field of a column of this step alone, made by the
+    # first item that is such a column (an item per step, or N-step
+    # transitions, reference each step's cell again and again).
+    self.wire = None
+
+  def slice_field(self):
+    w = self.wire
+    if w is None:
+      w = self.wire = _wire.field_bytes(
+          b'\x0a', _wire.chunk_slice(self.chunk.kv, self.row, 1))
+    return w
 
   def numpy(self):
     c = self.chunk
@@ -100,7 +109,7 @@ class _Cell:
 
 class _Column:
   __slots__ = ('path', 'dtype', 'shape', 'refs', 'open', 'item_lens',
-               'chunk_length')
+               'lens_sum', 'chunk_length')
 
   def __init__(self, path, dtype, shape, keep, padding):
     self.path = path
@@ -109,6 +118,7 @@ class _Column:
     self.refs = collections.deque([None] * padding, maxlen=keep)
     self.open = None
     self.item_lens = collections.deque(maxlen=_AUTO_TUNE_ITEMS)
+    self.lens_sum = 0  # sum(item_lens)
     self.chunk_length = None  # fixed by configure()
 
 
@@ -152,6 +162,15 @@ class TrajectoryColumn:
           'longer (or not) in the history')
     self._cells = cells
     self.is_squeezed = squeeze
+
+  @classmethod
+  def _squeezed(cls, cell):
+    """The column of one step, cell (not None), without __init__'s
+    checks: ``history[path][i]``, once per item in the common case."""
+    tc = object.__new__(cls)
+    tc._cells = (cell,)
+    tc.is_squeezed = True
+    return tc
 
   def __len__(self):
     return len(self._cells)
@@ -213,6 +232,16 @@ class _ColumnHistory:
 
   def __getitem__(self, val):
     w = self._writer
+    if type(val) is int:  # the common case, history[path][-1], first
+      with w._lock:  # pylint: disable=protected-access
+        w._check_usable()  # pylint: disable=protected-access
+        n = w._hist_len  # pylint: disable=protected-access
+        i = val + n if val < 0 else val
+        col = w._columns.get(self._path)  # pylint: disable=protected-access
+        cell = (self._cell(i, n, col.refs)
+                if col is not None and 0 <= i < n else None)
+      if cell is not None:
+        return TrajectoryColumn._squeezed(cell)  # pylint: disable=protected-access
     path = self._path + (val,)
     with w._lock:  # pylint: disable=protected-access
       w._check_usable()  # pylint: disable=protected-access
@@ -309,8 +338,7 @@ class TrajectoryWriter:
 
     self._lock = threading.Lock()
     # Guarded by _lock:
-    self._episode_id = _keys.new_key()
-    self._episode_varint = _wire.varint(self._episode_id)
+    self._episode_id, self._episode_varint = _keys.new_key_varint()
     self._table_fields = {}  # table name -> PrioritizedItem.table bytes
     self._history = None  # cached writer.history, rebuilt on new columns
     self._next_step = 0  # index of the next (or open) step in the episode
@@ -487,7 +515,8 @@ class TrajectoryWriter:
         col = columns[path]
         ch = col.open
         if ch is None:
-          ch = col.open = _Chunk(_keys.new_key(), col, self._episode_varint)
+          ch = col.open = _Chunk(_keys.new_key_varint(), col,
+                                  self._episode_varint)
         cell = _Cell(ch, len(ch.rows))
         ch.rows.append(arr.copy())
         ch.steps.append(step)
@@ -539,7 +568,7 @@ class TrajectoryWriter:
       return self._chunk_length
     if not col.item_lens:
       return 1
-    n = math.ceil(sum(col.item_lens) / len(col.item_lens))
+    n = -(-col.lens_sum // len(col.item_lens))  # the mean, rounded up
     return max(1, min(n, self._keep))
 
   def _finalise_locked(self, col):
@@ -688,6 +717,20 @@ class TrajectoryWriter:
       if self._columns.get(col.path) is not col:
         raise errors.InvalidArgumentError(
             f'create_item: trajectory column {i} comes from another writer')
+      if len(cells) == 1:  # one step: the common case, without the loop
+        c = cells[0]
+        if not c.live:
+          raise errors.InvalidArgumentError(
+              f'create_item: trajectory column {i} references a step of '
+              f'column {col.path} that is no longer in the history')
+        ch = c.chunk
+        if ch.key not in seen:
+          seen.add(ch.key)
+          chunks.append(ch)
+        columns.append(c.slice_field() + b'\x10\x01' if tc.is_squeezed
+                       else c.slice_field())
+        lens.append((col, 1))
+        continue
       slices = []
       last = None  # [chunk, first row, count]
       for c in cells:
@@ -713,12 +756,16 @@ class TrajectoryWriter:
           tc.is_squeezed))
       lens.append((col, len(cells)))
     for col, n in lens:
-      col.item_lens.append(n)
-    key = _keys.new_key()
+      il = col.item_lens
+      if len(il) == _AUTO_TUNE_ITEMS:
+        col.lens_sum -= il[0]
+      il.append(n)
+      col.lens_sum += n
+    key, key_varint = _keys.new_key_varint()
     table_field = self._table_fields.get(table)
     if table_field is None:
       table_field = self._table_fields[table] = _wire.table_field(table)
-    data = _wire.prioritized_item(_wire.varint(key), table_field, priority,
+    data = _wire.prioritized_item(key_varint, table_field, priority,
                                   columns)
     self._seq += 1
     # The chunks the history references now: every chunk a later item can
@@ -817,8 +864,7 @@ class TrajectoryWriter:
       self._live.clear()
     self._step_open = False
     self._next_step = 0
-    self._episode_id = _keys.new_key()
-    self._episode_varint = _wire.varint(self._episode_id)
+    self._episode_id, self._episode_varint = _keys.new_key_varint()
 
   def close(self, timeout=10.0):
     """Stops the background thread and cancels the stream. Unconfirmed
