@@ -22,7 +22,9 @@ server holding python/bench/bench.yaml's table, and prints one JSON line.
   ``--warmup``.
 
 CPU seconds of this process (all threads) and, with ``--server-pid``, of
-the server are measured around each workload.
+the server are measured around each workload; for the writes also the CPU
+of the calling thread alone (``time.thread_time``), which is what an actor
+gives up per step: the rest runs on the clients' own threads.
 """
 
 import argparse
@@ -48,11 +50,14 @@ def _cpu(pid=None):
 
 
 def _measure(fn, server_pid):
+  """Wall, process CPU, server CPU and this thread's CPU seconds of fn()."""
   s0, c0, t0 = _cpu(server_pid) if server_pid else 0.0, _cpu(), time.perf_counter()
+  th0 = time.thread_time()
   fn()
+  th1 = time.thread_time()
   t1, c1 = time.perf_counter(), _cpu()
   s1 = _cpu(server_pid) if server_pid else 0.0
-  return t1 - t0, c1 - c0, s1 - s0
+  return t1 - t0, c1 - c0, s1 - s0, th1 - th0
 
 
 def bench_writes(client, steps):
@@ -111,7 +116,7 @@ def main(argv):
   client.server_info(timeout=30)
 
   run, writer = bench_writes(client, args.steps)
-  w_wall, w_cpu, w_server = _measure(run, args.server_pid)
+  w_wall, w_cpu, w_server, w_caller = _measure(run, args.server_pid)
   writer.close()
   size = client.server_info(timeout=30)[TABLE].current_size
 
@@ -124,7 +129,7 @@ def main(argv):
     for _ in range(args.batches):
       next(it)
 
-  s_wall, s_cpu, s_server = _measure(sample, args.server_pid)
+  s_wall, s_cpu, s_server, _ = _measure(sample, args.server_pid)
   features = batch.data['features'] if isinstance(batch.data, dict) else (
       batch.data[0])
   assert features.shape == (args.batch_size, FEATURES), features.shape
@@ -140,6 +145,7 @@ def main(argv):
       'items_in_table': size,
       'write_steps_per_s': args.steps / w_wall,
       'write_cpu_us_per_step': w_cpu / args.steps * 1e6,
+      'write_caller_cpu_us_per_step': w_caller / args.steps * 1e6,
       'write_server_cpu_us_per_step': w_server / args.steps * 1e6,
       'batches': args.batches,
       'batch_size': args.batch_size,

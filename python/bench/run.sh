@@ -9,8 +9,8 @@
 # python/bench/reverb_benchmark.py N times (default 3) with each client,
 # alternating which goes first, each in its own process. Prints every run's
 # JSON line and a markdown table of the medians with reverie/dm-reverb
-# ratios; with --write-docs the table is appended to docs/benchmarks.md as a
-# new section. Raw results are kept in .bin/python-bench/.
+# ratios; with --write-docs the table replaces the section "Python client:
+# reverie vs dm-reverb" of docs/benchmarks.md. Raw results are kept in .bin/python-bench/.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -63,6 +63,7 @@ rv, dm = by['reverie'][0], by['dm-reverb'][0]
 keys = [
   ('write_steps_per_s', 'per-step append + create_item, steps/s', '{:,.0f}'),
   ('write_cpu_us_per_step', 'client CPU per step, µs', '{:.1f}'),
+  ('write_caller_cpu_us_per_step', 'of which the calling thread\'s, µs', '{:.1f}'),
   ('write_server_cpu_us_per_step', 'server CPU per step, µs', '{:.1f}'),
   ('batches_per_s', 'sampled batches/s (256 × float32[87])', '{:.0f}'),
   ('sample_cpu_ms_per_batch', 'client CPU per batch, ms', '{:.2f}'),
@@ -75,7 +76,8 @@ print('Both clients against the same `reverie serve` on loopback, on the same '
       'alternating which client goes first; medians. reverie %s on Python %s '
       '(numpy, grpcio, protobuf, cramjam; no TensorFlow) vs dm-reverb %s on '
       'Python %s with TensorFlow 2.15. Measured %s; load average before the '
-      'runs: %s (other jobs shared the machine).\n' % (
+      'runs: %s. Earlier runs, and what changed between them, are in '
+      '[benchmarks-notes.md](benchmarks-notes.md#the-python-clients-writes-per-step-2026-11-27).\n' % (
           sys.argv[2], rv['version'], rv['python'], dm['version'],
           dm['python'], datetime.date.today().isoformat(), sys.argv[3]))
 print('Writes: %d steps of one float32[87] vector, each appended to a '
@@ -92,31 +94,43 @@ for key, label, fmt in keys:
   a, b = med('reverie', key), med('dm-reverb', key)
   print('| %s | %s | %s | %.2f |' % (label, fmt.format(a), fmt.format(b), a / b))
 print()
-print('Where reverie\'s client time goes (profiled separately with '
-      '`time.thread_time`, same workloads): sampling costs 7 to 8 µs of '
-      'client CPU per sample, of which about 4 µs decode it (reading the '
-      'SampleInfo and trajectory fields of the upb messages, 1 µs; '
-      'decompressing the Snappy block straight into the batch array, 1 µs; '
-      'the rest is field access and checks) and about 2 µs receive and parse '
-      'the gRPC messages (about 170 samples each); batching and the hand-off '
-      'to the consumer thread are small. reverie keeps two requests in flight '
-      'per stream, so the server samples the next 512 while the client '
-      'decodes the current ones. A write '
-      'step costs about 30 µs in the caller\'s thread (flattening, the copy, '
-      'Snappy, and the chunk and item wire bytes built by hand) plus gRPC\'s '
-      'threads; the sender packs up to 32 items, or what 2 ms bring, into '
-      'one request (a gRPC message costs the Python layer far more than an '
-      'item).\n')
+print('Where reverie\'s client time goes. Writes: the calling thread '
+      'spent %.0f µs per step in this run (median), dm-reverb\'s %.0f; the '
+      'rest of the client\'s CPU is its sender and gRPC\'s threads. A '
+      'py-spy profile of the caller (2026-11-27) finds no step above a tenth '
+      'of it: flattening the step, the copy, Snappy, the chunk and item wire '
+      'bytes built by hand, keys drawn 256 at a time with their varints, '
+      'and the locks; the sender packs up to 32 items, or what 2 ms bring, '
+      'into one request (a gRPC message costs the Python layer far more '
+      'than an item). Sampling (profiled with `time.thread_time` on '
+      '2026-11-21): 7 to 8 µs of client CPU per sample on that host, of '
+      'which about 4 µs decode it (reading the SampleInfo and trajectory '
+      'fields of the upb messages, 1 µs; decompressing the Snappy block '
+      'straight into the batch array, 1 µs; the rest is field access and '
+      'checks) and about 2 µs receive and parse the gRPC messages (about 170 '
+      'samples each); batching and the hand-off to the consumer thread are '
+      'small. reverie keeps two requests in flight per stream, so the server '
+      'samples the next 512 while the client decodes the current ones.\n' % (
+          med('reverie', 'write_caller_cpu_us_per_step'),
+          med('dm-reverb', 'write_caller_cpu_us_per_step')))
 print('Every run (JSON lines from python/bench/reverb_benchmark.py):\n')
 print('```')
 for r in rows:
-  print('%-9s writes %7.0f steps/s (%5.1f µs CPU/step)   sampling %4.0f batches/s (%.2f ms CPU/batch)' % (
+  print('%-9s writes %7.0f steps/s (%5.1f µs CPU/step, %5.1f in the caller)   sampling %4.0f batches/s (%.2f ms CPU/batch)' % (
       r['client'], r['write_steps_per_s'], r['write_cpu_us_per_step'],
-      r['batches_per_s'], r['sample_cpu_ms_per_batch']))
+      r['write_caller_cpu_us_per_step'], r['batches_per_s'],
+      r['sample_cpu_ms_per_batch']))
 print('```')
 EOF
 cat "$out/section.md"
 if [[ -n $write_docs ]]; then
-  { echo; cat "$out/section.md"; } >>docs/benchmarks.md
-  echo "bench: appended the section to docs/benchmarks.md" >&2
+  "$root/.venv-py/bin/python" - docs/benchmarks.md "$out/section.md" <<'EOF'
+import sys
+doc, new = open(sys.argv[1]).read(), open(sys.argv[2]).read()
+head = '## Python client: reverie vs dm-reverb (issue 5)\n'
+start = doc.index(head)
+end = doc.index('\n## ', start + len(head)) + 1
+open(sys.argv[1], 'w').write(doc[:start] + new.rstrip('\n') + '\n\n' + doc[end:])
+EOF
+  echo "bench: replaced the section in docs/benchmarks.md" >&2
 fi
