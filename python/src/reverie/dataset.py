@@ -224,10 +224,11 @@ class _Batch:
     i = self.n
     single = chunks[0] if len(chunks) == 1 else None
     decompress = encoding.decompress_raw_into
-    c = 0
-    for col in cols:
+    # Indexing a repeated field of upb messages costs a fifth of iterating
+    # over it (which makes an iterator object each time).
+    for c in range(len(fast)):
       f = fast[c]
-      c += 1
+      col = cols[c]
       slices = col.chunk_slices
       if len(slices) != 1:
         return False
