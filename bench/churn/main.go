@@ -9,7 +9,7 @@
 //
 //	churn --addr 127.0.0.1:8000 --table t --duration 10m --workers 16 \
 //	    [--payloads 400,4000,40000,400000] [--metrics http://127.0.0.1:9090/metrics] \
-//	    [--server-pid PID] [--seed 1]
+//	    [--server-pid PID] [--seed 1] [--tls-ca F [--tls-cert F --tls-key F] [--token-file F]]
 //
 // Every --report interval it prints the calls made, the items written and
 // sampled, the errors it caused on purpose (cancelled contexts, dropped
@@ -24,8 +24,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/binary"
 	"errors"
 	"flag"
@@ -43,6 +41,7 @@ import (
 	"time"
 
 	"github.com/reverie-rl/reverie/client"
+	"github.com/reverie-rl/reverie/client/connflags"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -57,7 +56,7 @@ type options struct {
 	metrics        string
 	serverPID      int
 	goroutineSlack int
-	dial           []client.Option // with --tls-ca, TLS
+	dial           []client.Option // TLS and a token, from the connection flags
 }
 
 func main() {
@@ -85,20 +84,14 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.metrics, "metrics", "", "the server's Prometheus /metrics URL, for its goroutine count")
 	fs.IntVar(&o.serverPID, "server-pid", 0, "the server's pid, for its memory and threads (/proc)")
 	fs.IntVar(&o.goroutineSlack, "goroutine-slack", 20, "goroutines the server may hold at the end beyond its count before the first client")
-	tlsCA := fs.String("tls-ca", "", "connect with TLS, trusting the CA certificates in this PEM file")
+	var conn connflags.Flags
+	conn.Register(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
-	if *tlsCA != "" {
-		pem, err := os.ReadFile(*tlsCA)
-		if err != nil {
-			return o, fmt.Errorf("--tls-ca: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return o, fmt.Errorf("--tls-ca: %s holds no PEM certificate", *tlsCA)
-		}
-		o.dial = append(o.dial, client.WithTLS(&tls.Config{RootCAs: pool}))
+	var err error
+	if o.dial, err = conn.Options(); err != nil {
+		return o, err
 	}
 	for _, f := range strings.Split(*payloads, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/reverie-rl/reverie/client"
+	"github.com/reverie-rl/reverie/client/connflags"
 	"google.golang.org/grpc"
 )
 
@@ -32,7 +33,7 @@ const benchColumn = "payload"
 // benchConfig holds the flags of "reverie bench".
 type benchConfig struct {
 	addr         string
-	conn         connFlags
+	conn         connflags.Flags
 	dialOpts     []client.Option // from conn, set by validate
 	table        string
 	mode         string // insert, sample or mixed
@@ -51,7 +52,7 @@ type benchConfig struct {
 
 func (c *benchConfig) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.addr, "addr", "localhost:8000", "server address: host:port, dns:///name:port or unix:///path")
-	c.conn.add(fs)
+	c.conn.Register(fs)
 	fs.StringVar(&c.table, "table", "replay", "table to insert into and sample from")
 	fs.StringVar(&c.mode, "mode", "insert", "insert, sample, or mixed (half the clients insert, half sample)")
 	fs.IntVar(&c.payload, "payload", 400, "payload bytes per item: one float32 tensor of payload/4 elements")
@@ -69,7 +70,7 @@ func (c *benchConfig) addFlags(fs *flag.FlagSet) {
 
 func (c *benchConfig) validate() error {
 	var err error
-	if c.dialOpts, err = c.conn.options(); err != nil {
+	if c.dialOpts, err = c.conn.Options(); err != nil {
 		return err
 	}
 	switch {

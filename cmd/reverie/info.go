@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/reverie-rl/reverie/client"
+	"github.com/reverie-rl/reverie/client/connflags"
 )
 
 // runInfo implements "reverie info": the tables of a running server, as
@@ -22,12 +23,12 @@ func runInfo(args []string) int {
 	fs := flag.NewFlagSet("reverie info", flag.ContinueOnError)
 	addr := fs.String("addr", "localhost:8000", "server address: host:port, dns:///name:port or unix:///path")
 	timeout := fs.Duration("timeout", 5*time.Second, "how long to wait for the server")
-	var conn connFlags
-	conn.add(fs)
+	var conn connflags.Flags
+	conn.Register(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	opts, err := conn.options()
+	opts, err := conn.Options()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "reverie info: %v\n", err)
 		return 2

@@ -1,4 +1,8 @@
-package main
+// Package connflags holds the command-line flags of programs that connect
+// to a server with reverie's client (reverie info, reverie bench,
+// bench/churn): TLS and a bearer token, turned into client options.
+// docs/config.md ("tls" and "auth") describes both.
+package connflags
 
 import (
 	"crypto/tls"
@@ -12,9 +16,9 @@ import (
 	"github.com/reverie-rl/reverie/client"
 )
 
-// connFlags are the flags of the commands that connect to a server
-// (info, bench): TLS and a bearer token (docs/config.md, tls and auth).
-type connFlags struct {
+// Flags are the connection flags, once registered with Register and
+// parsed.
+type Flags struct {
 	tls       bool
 	tlsCA     string
 	tlsCert   string
@@ -22,7 +26,9 @@ type connFlags struct {
 	tokenFile string
 }
 
-func (f *connFlags) add(fs *flag.FlagSet) {
+// Register adds --tls, --tls-ca, --tls-cert, --tls-key and --token-file to
+// fs.
+func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.tls, "tls", false, "connect with TLS, trusting the system's root CAs (implied by the other --tls flags)")
 	fs.StringVar(&f.tlsCA, "tls-ca", "", "connect with TLS, trusting the CA certificates in this PEM file")
 	fs.StringVar(&f.tlsCert, "tls-cert", "", "client certificate for mutual TLS, PEM (with --tls-key)")
@@ -30,8 +36,9 @@ func (f *connFlags) add(fs *flag.FlagSet) {
 	fs.StringVar(&f.tokenFile, "token-file", "", "send the bearer token on this file's first line with every call (needs TLS)")
 }
 
-// options returns the client options the flags ask for.
-func (f *connFlags) options() ([]client.Option, error) {
+// Options returns the client options the parsed flags ask for: none
+// without TLS; an error names the flag that is wrong.
+func (f *Flags) Options() ([]client.Option, error) {
 	var opts []client.Option
 	if f.tls || f.tlsCA != "" || f.tlsCert != "" || f.tlsKey != "" {
 		cfg := &tls.Config{}
