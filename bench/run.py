@@ -65,8 +65,9 @@ PY = sys.executable  # .venv-reverb's python: it runs the launcher and driver
 
 CLIENTS = [1, 2, 4, 8, 16, 32]
 PROFILES = {
-    # About 14 minutes on 2 cores (the bound: 15): 864-892 s in the
-    # runs of 2026-11-27, 587-795 s on a quieter host the day before.
+    # About 14 minutes on 2 cores (the bound: 15): 864-893 s in the
+    # slow runs of 2026-11-27 until the driver forked its worker processes
+    # (830 s after), 587-795 s on a quieter host the day before.
     'full': dict(
         reps=2,  # runs per configuration and server; tables show the best
         payloads=[400, 4000, 40000, 400000],
