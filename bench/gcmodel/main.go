@@ -6,13 +6,14 @@
 // to show what that part costs a collection.
 //
 //	gcmodel [--items 1100000] [--collections 6] [--trajectory=false]
-//	    [--rows=false] [--index hash|insertion|map|none]
+//	    [--rows=false] [--index hash|insertion|sharded|map|none]
 //
 // --trajectory=false drops each item's trajectory bytes and --rows=false
 // each chunk's row counts (one heap object each per item); --index sets the
 // order in which the chunk index reaches the chunk records: hash (shuffled,
-// as reverie's open-addressing index holds them), insertion, a Go map, or
-// no index. Prints the wall time and the collector's CPU (runtime/metrics)
+// as reverie's open-addressing index holds them), insertion, sharded (64
+// arrays, as the chunk store's shards, each in insertion order, a chunk's
+// shard picked at random), a Go map, or no index. Prints the wall time and the collector's CPU (runtime/metrics)
 // per collection, and the heap's size and objects.
 package main
 
@@ -60,6 +61,7 @@ var (
 	pages    [][]item
 	indexMap map[uint64]*chunk
 	index    []*chunk
+	shards   [64][]*chunk
 )
 
 func gcCPU() float64 {
@@ -73,13 +75,13 @@ func main() {
 	collections := flag.Int("collections", 6, "forced collections to time")
 	withTraj := flag.Bool("trajectory", true, "give each item its own trajectory bytes (19 B)")
 	withRows := flag.Bool("rows", true, "give each chunk its own row counts")
-	order := flag.String("index", "hash", "chunk index: hash, insertion, map or none")
+	order := flag.String("index", "hash", "chunk index: hash, insertion, sharded, map or none")
 	payload := flag.Int("payload", 430, "bytes of each chunk's encoding")
 	flag.Parse()
 	switch *order {
-	case "hash", "insertion", "map", "none":
+	case "hash", "insertion", "sharded", "map", "none":
 	default:
-		fmt.Fprintln(os.Stderr, "gcmodel: --index must be hash, insertion, map or none")
+		fmt.Fprintln(os.Stderr, "gcmodel: --index must be hash, insertion, sharded, map or none")
 		os.Exit(2)
 	}
 	st := &store{}
@@ -106,6 +108,9 @@ func main() {
 			indexMap[uint64(i)] = c
 		case "hash", "insertion":
 			index = append(index, c)
+		case "sharded":
+			sh := rand.IntN(len(shards))
+			shards[sh] = append(shards[sh], c)
 		}
 	}
 	if *order == "hash" {
@@ -129,4 +134,5 @@ func main() {
 	runtime.KeepAlive(pages)
 	runtime.KeepAlive(index)
 	runtime.KeepAlive(indexMap)
+	runtime.KeepAlive(&shards)
 }
