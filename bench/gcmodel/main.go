@@ -28,31 +28,31 @@ import (
 )
 
 // chunk has the fields of reverie's chunkstore.Chunk that hold pointers,
-// and about its size.
+// and about its size (blank fields stand for those the model leaves
+// unset: the reference counts, the episode and spill ids, and the LRU
+// list's links, nil in memory mode).
 type chunk struct {
-	key        uint64
-	store      *store
-	buf        []byte
-	size       int
-	refs       int32
-	episode    uint64
-	rows       []int64
-	id         uint64
-	prev, next *chunk
-	self       [1]*chunk
+	key   uint64
+	store *store
+	buf   []byte
+	size  int
+	_     [2]int32
+	_     uint64
+	rows  []int64
+	_     uint64
+	_     [2]*chunk
+	self  [1]*chunk
 }
 
 type store struct{ _ [64]byte }
 
-// item has the fields of reverie's table.Item.
+// item has the fields of reverie's table.Item (blank: priority, times
+// sampled, insertion time and sequence number).
 type item struct {
-	key          uint64
-	priority     float64
-	timesSampled int32
-	insertedAt   int64
-	seq          uint64
-	trajectory   []byte
-	chunks       []*chunk
+	key        uint64
+	_          [4]uint64
+	trajectory []byte
+	chunks     []*chunk
 }
 
 const pageSize = 4096
