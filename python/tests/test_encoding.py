@@ -288,6 +288,30 @@ def test_new_key_varint():
   assert 0 <= _keys.new_key() < 2**64
 
 
+def test_new_key_varint_from_threads():
+  # Writers in threads share the pool: no key may be handed out twice, even
+  # when several threads find it empty and refill it at once.
+  import threading  # pylint: disable=g-import-not-at-top
+  per_thread = 3 * _keys._BATCH + 7  # pylint: disable=protected-access
+  got = [[] for _ in range(8)]
+  start = threading.Barrier(len(got))
+
+  def draw(out):
+    start.wait()
+    for _ in range(per_thread):
+      out.append(_keys.new_key_varint())
+
+  threads = [threading.Thread(target=draw, args=(out,)) for out in got]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join()
+  pairs = [p for out in got for p in out]
+  assert len(pairs) == len(got) * per_thread
+  assert len({k for k, _ in pairs}) == len(pairs)
+  assert all(kv == _protobuf_varint(k) for k, kv in pairs)
+
+
 @pytest.mark.skipif(not hasattr(os, 'fork'), reason='needs os.fork')
 def test_new_key_differs_in_forked_child():
   # The child must not hand out the keys the parent drew but did not use.
