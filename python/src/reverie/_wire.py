@@ -133,12 +133,23 @@ def chunk_slice(key_varint, offset, length, index=0):
   return out
 
 
-def column(slices, squeeze):
-  """FlatTrajectory.Column bytes from ChunkSlice bytes."""
-  out = b''.join([field_bytes(b'\x0a', s) for s in slices])
+def slice_field(key_varint, offset, length):
+  """A FlatTrajectory.Column.chunk_slices field: tag, length and the
+  ChunkSlice bytes."""
+  return field_bytes(b'\x0a', chunk_slice(key_varint, offset, length))
+
+
+def column_of_fields(slice_fields, squeeze):
+  """FlatTrajectory.Column bytes from chunk_slices fields (slice_field)."""
+  out = b''.join(slice_fields)
   if squeeze:
     out += b'\x10\x01'
   return out
+
+
+def column(slices, squeeze):
+  """FlatTrajectory.Column bytes from ChunkSlice bytes."""
+  return column_of_fields([field_bytes(b'\x0a', s) for s in slices], squeeze)
 
 
 def table_field(table):

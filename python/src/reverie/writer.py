@@ -98,8 +98,7 @@ class _Cell:
   def slice_field(self):
     w = self.wire
     if w is None:
-      w = self.wire = _wire.field_bytes(
-          b'\x0a', _wire.chunk_slice(self.chunk.kv, self.row, 1))
+      w = self.wire = _wire.slice_field(self.chunk.kv, self.row, 1)
     return w
 
   def numpy(self):
@@ -232,17 +231,6 @@ class _ColumnHistory:
 
   def __getitem__(self, val):
     w = self._writer
-    if type(val) is int:  # the common case, history[path][-1], first
-      with w._lock:  # pylint: disable=protected-access
-        w._check_usable()  # pylint: disable=protected-access
-        n = w._hist_len  # pylint: disable=protected-access
-        i = val + n if val < 0 else val
-        col = w._columns.get(self._path)  # pylint: disable=protected-access
-        cell = (self._cell(i, n, col.refs)
-                if col is not None and 0 <= i < n else None)
-      if cell is not None:
-        return TrajectoryColumn._squeezed(cell)  # pylint: disable=protected-access
-    path = self._path + (val,)
     with w._lock:  # pylint: disable=protected-access
       w._check_usable()  # pylint: disable=protected-access
       n = w._hist_len  # pylint: disable=protected-access
@@ -255,7 +243,10 @@ class _ColumnHistory:
         if not 0 <= i < n:
           raise IndexError(f'history index {val} out of range: the history '
                            f'of column {self._path} holds {n} steps')
-        cells = [self._cell(i, n, refs)]
+        cell = self._cell(i, n, refs)
+        if cell is not None:  # the common case: history[path][-1]
+          return TrajectoryColumn._squeezed(cell)  # pylint: disable=protected-access
+        cells = [cell]
         squeeze = True
       elif isinstance(val, slice):
         cells = [self._cell(i, n, refs) for i in range(n)[val]]
@@ -272,7 +263,7 @@ class _ColumnHistory:
       else:
         raise TypeError('history indices must be integers, slices or lists, '
                         f'not {type(val).__name__}')
-    return TrajectoryColumn(cells, squeeze=squeeze, path=path)
+    return TrajectoryColumn(cells, squeeze=squeeze, path=self._path + (val,))
 
   def __iter__(self):
     for i in range(len(self)):
@@ -717,20 +708,6 @@ class TrajectoryWriter:
       if self._columns.get(col.path) is not col:
         raise errors.InvalidArgumentError(
             f'create_item: trajectory column {i} comes from another writer')
-      if len(cells) == 1:  # one step: the common case, without the loop
-        c = cells[0]
-        if not c.live:
-          raise errors.InvalidArgumentError(
-              f'create_item: trajectory column {i} references a step of '
-              f'column {col.path} that is no longer in the history')
-        ch = c.chunk
-        if ch.key not in seen:
-          seen.add(ch.key)
-          chunks.append(ch)
-        columns.append(c.slice_field() + b'\x10\x01' if tc.is_squeezed
-                       else c.slice_field())
-        lens.append((col, 1))
-        continue
       slices = []
       last = None  # [chunk, first row, count]
       for c in cells:
@@ -751,9 +728,11 @@ class TrajectoryWriter:
         if c.chunk.key not in seen:
           seen.add(c.chunk.key)
           chunks.append(c.chunk)
-      columns.append(_wire.column(
-          [_wire.chunk_slice(ch.kv, row, n) for ch, row, n in slices],
-          tc.is_squeezed))
+      if len(cells) == 1:  # one step, whose field the cell keeps
+        fields = [cells[0].slice_field()]
+      else:
+        fields = [_wire.slice_field(ch.kv, row, n) for ch, row, n in slices]
+      columns.append(_wire.column_of_fields(fields, tc.is_squeezed))
       lens.append((col, len(cells)))
     for col, n in lens:
       il = col.item_lens
