@@ -20,6 +20,11 @@ server holding python/bench/bench.yaml's table, and prints one JSON line.
   both with max_in_flight_samples_per_worker=512 and one worker. The
   figure is batches per second over ``--batches`` batches after
   ``--warmup``.
+* sampling beside a busy learner: the same, but the consumer runs
+  ``--learner-ms`` (5) ms of pure Python after each batch, as a learner's
+  step that holds the GIL would. reverie is measured twice: with the
+  dataset's sampler on a thread (the default) and with
+  ``in_subprocess=True``; for the latter also without the learner's work.
 
 CPU seconds of this process (all threads) and, with ``--server-pid``, of
 the server are measured around each workload; for the writes also the CPU
@@ -80,11 +85,12 @@ def bench_writes(client, steps):
   return run, writer
 
 
-def dataset_iterator(name, mod, client, address, batch_size):
+def dataset_iterator(name, mod, client, address, batch_size,
+                     in_subprocess=False):
   if name == 'reverie':
     return iter(client.dataset(TABLE, batch_size,
                                max_in_flight_samples_per_worker=512,
-                               prefetch=2))
+                               prefetch=2, in_subprocess=in_subprocess))
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   ds = mod.TrajectoryDataset(
       address, TABLE, max_in_flight_samples_per_worker=512,
@@ -102,6 +108,7 @@ def main(argv):
   p.add_argument('--batches', type=int, default=300)
   p.add_argument('--warmup', type=int, default=20)
   p.add_argument('--batch-size', type=int, default=256)
+  p.add_argument('--learner-ms', type=float, default=5.0)
   args = p.parse_args(argv[1:])
 
   if args.client == 'reverie':
@@ -120,22 +127,41 @@ def main(argv):
   writer.close()
   size = client.server_info(timeout=30)[TABLE].current_size
 
-  it = dataset_iterator(args.client, mod, client, args.address,
-                        args.batch_size)
-  for _ in range(args.warmup):
-    batch = next(it)
+  def learner_step(seconds):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+      pass
 
-  def sample():
-    for _ in range(args.batches):
-      next(it)
+  def sampling(in_subprocess=False, learner_s=0.0):
+    """Wall, process CPU and server CPU seconds of --batches batches."""
+    it = dataset_iterator(args.client, mod, client, args.address,
+                          args.batch_size, in_subprocess)
+    for _ in range(args.warmup):
+      batch = next(it)
+      learner_step(learner_s)
 
-  s_wall, s_cpu, s_server, _ = _measure(sample, args.server_pid)
-  features = batch.data['features'] if isinstance(batch.data, dict) else (
-      batch.data[0])
-  assert features.shape == (args.batch_size, FEATURES), features.shape
-  assert features.dtype == np.float32
-  if hasattr(it, 'close'):
-    it.close()
+    def sample():
+      for _ in range(args.batches):
+        next(it)
+        learner_step(learner_s)
+
+    wall, cpu, server, _ = _measure(sample, args.server_pid)
+    features = batch.data['features'] if isinstance(batch.data, dict) else (
+        batch.data[0])
+    assert features.shape == (args.batch_size, FEATURES), features.shape
+    assert features.dtype == np.float32
+    if hasattr(it, 'close'):
+      it.close()
+    return wall, cpu, server
+
+  s_wall, s_cpu, s_server = sampling()
+  learner_s = args.learner_ms / 1e3
+  busy = {'busy_batches_per_s': args.batches / sampling(
+      learner_s=learner_s)[0]}
+  if args.client == 'reverie':
+    busy['subprocess_batches_per_s'] = args.batches / sampling(True)[0]
+    busy['busy_subprocess_batches_per_s'] = args.batches / sampling(
+        True, learner_s)[0]
 
   print(json.dumps({
       'client': args.client,
@@ -152,6 +178,8 @@ def main(argv):
       'batches_per_s': args.batches / s_wall,
       'sample_cpu_ms_per_batch': s_cpu / args.batches * 1e3,
       'sample_server_cpu_ms_per_batch': s_server / args.batches * 1e3,
+      'learner_ms': args.learner_ms,
+      **busy,
   }), flush=True)
   sys.stdout.flush()
   os._exit(0)  # dm-reverb's and TF's threads can delay a normal exit

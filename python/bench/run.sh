@@ -68,6 +68,9 @@ keys = [
   ('batches_per_s', 'sampled batches/s (256 × float32[87])', '{:.0f}'),
   ('sample_cpu_ms_per_batch', 'client CPU per batch, ms', '{:.2f}'),
   ('sample_server_cpu_ms_per_batch', 'server CPU per batch, ms', '{:.2f}'),
+  ('busy_batches_per_s', 'sampled batches/s beside a learner running %g ms of Python per batch' % rv['learner_ms'], '{:.0f}'),
+  (('subprocess_batches_per_s', 'batches_per_s'), 'sampled batches/s, reverie with `in_subprocess=True`', '{:.0f}'),
+  (('busy_subprocess_batches_per_s', 'busy_batches_per_s'), 'the same beside the busy learner', '{:.0f}'),
 ]
 print('## Python client: reverie vs dm-reverb (issue 5)\n')
 print('```sh\npython/bench/run.sh --rounds %s --write-docs\n```\n' % sys.argv[2])
@@ -86,12 +89,18 @@ print('Writes: %d steps of one float32[87] vector, each appended to a '
       'code for both clients. Sampling: batches of 256 such items from a '
       'uniform table of %d, as numpy arrays: `client.dataset(table, 256)` vs '
       '`TrajectoryDataset(...).batch(256).prefetch(2).as_numpy_iterator()`, '
-      'both with max_in_flight_samples_per_worker=512 and one worker.\n' % (
-          rv['steps'], rv['items_in_table']))
+      'both with max_in_flight_samples_per_worker=512 and one worker. '
+      'Beside a busy learner: the same, with the consumer spinning in Python '
+      'for %g ms after each batch, as a learner step that holds the GIL; '
+      'reverie\'s `in_subprocess=True` rows compare its dataset sampling in a '
+      'child process with dm-reverb\'s (whose decoding runs on C++ threads) '
+      'in the row above them. The child\'s CPU is not in the client CPU '
+      'row.\n' % (rv['steps'], rv['items_in_table'], rv['learner_ms']))
 print('| | reverie | dm-reverb | reverie / dm-reverb |')
 print('|---|---|---|---|')
 for key, label, fmt in keys:
-  a, b = med('reverie', key), med('dm-reverb', key)
+  rkey, dkey = key if isinstance(key, tuple) else (key, key)
+  a, b = med('reverie', rkey), med('dm-reverb', dkey)
   print('| %s | %s | %s | %.2f |' % (label, fmt.format(a), fmt.format(b), a / b))
 print()
 print('Where reverie\'s client time goes. Writes: the calling thread '
@@ -110,16 +119,26 @@ print('Where reverie\'s client time goes. Writes: the calling thread '
       'checks) and about 2 µs receive and parse the gRPC messages (about 170 '
       'samples each); batching and the hand-off to the consumer thread are '
       'small. reverie keeps two requests in flight per stream, so the server '
-      'samples the next 512 while the client decodes the current ones.\n' % (
+      'samples the next 512 while the client decodes the current ones. '
+      'Beside a busy learner, the dataset\'s thread and the learner take turns '
+      'holding the GIL, so a batch costs the learner\'s 5 ms plus the 4 to 5 '
+      'ms of decoding; dm-reverb decodes without the GIL, and only the '
+      'learner\'s 5 ms bound it. With `in_subprocess=True` the decoding runs '
+      'in another process, on the other core, and the learner\'s process only '
+      'copies each batch (about 90 kB) out of a socket.\n' % (
           med('reverie', 'write_caller_cpu_us_per_step'),
           med('dm-reverb', 'write_caller_cpu_us_per_step')))
 print('Every run (JSON lines from python/bench/reverb_benchmark.py):\n')
 print('```')
 for r in rows:
-  print('%-9s writes %7.0f steps/s (%5.1f µs CPU/step, %5.1f in the caller)   sampling %4.0f batches/s (%.2f ms CPU/batch)' % (
+  sub = ''
+  if 'subprocess_batches_per_s' in r:
+    sub = '; in_subprocess %4.0f, busy %4.0f' % (
+        r['subprocess_batches_per_s'], r['busy_subprocess_batches_per_s'])
+  print('%-9s writes %7.0f steps/s (%5.1f µs CPU/step, %5.1f in the caller)   sampling %4.0f batches/s (%.2f ms CPU/batch), busy learner %4.0f%s' % (
       r['client'], r['write_steps_per_s'], r['write_cpu_us_per_step'],
       r['write_caller_cpu_us_per_step'], r['batches_per_s'],
-      r['sample_cpu_ms_per_batch']))
+      r['sample_cpu_ms_per_batch'], r['busy_batches_per_s'], sub))
 print('```')
 EOF
 cat "$out/section.md"

@@ -266,8 +266,11 @@ def test_closed_client(address):
 
 
 def test_client_pickles(address):
-  c = pickle.loads(pickle.dumps(reverie.Client(address)))
+  options = (('grpc.max_receive_message_length', 64 << 20),)
+  c = pickle.loads(pickle.dumps(reverie.Client(address,
+                                               channel_options=options)))
   assert c.server_address == address
+  assert c._channel_options == options  # pylint: disable=protected-access
   assert 'queue' in c.server_info(timeout=10)
   c.close()
 

@@ -3,6 +3,7 @@ several workers, errors, closing; and the torch/JAX helpers."""
 
 import collections
 import sys
+import threading
 import time
 import types
 
@@ -10,6 +11,15 @@ import numpy as np
 import pytest
 
 import reverie
+
+
+@pytest.fixture(params=['thread', 'subprocess'])
+def make_dataset(request):
+  """How the test's datasets sample: on a thread of this process, or in a
+  child process (in_subprocess=True). Called as client.dataset is."""
+  sub = request.param == 'subprocess'
+  return lambda client, *args, **kwargs: client.dataset(
+      *args, in_subprocess=sub, **kwargs)
 
 
 def _fill(client, table, n, length=1):
@@ -21,10 +31,10 @@ def _fill(client, table, n, length=1):
                                    'act': w.history['act'][-1]})
 
 
-def test_batches(client, reset):
+def test_batches(client, reset, make_dataset):
   reset('uniform')
   _fill(client, 'uniform', 20, length=2)
-  batches = list(client.dataset('uniform', 8, max_samples=24))
+  batches = list(make_dataset(client, 'uniform', 8, max_samples=24))
   assert len(batches) == 3
   for b in batches:
     assert isinstance(b, reverie.ReplaySample)
@@ -42,22 +52,23 @@ def test_batches(client, reset):
     np.testing.assert_array_equal(obs[:, 0, 0, 0], act - 1)
 
 
-def test_max_samples_is_exact(client, reset):
+def test_max_samples_is_exact(client, reset, make_dataset):
   reset('uniform')
   _fill(client, 'uniform', 5)
-  sizes = [b.info.key.size for b in client.dataset(
-      'uniform', 4, max_samples=10, max_in_flight_samples_per_worker=3)]
+  sizes = [b.info.key.size for b in make_dataset(
+      client, 'uniform', 4, max_samples=10,
+      max_in_flight_samples_per_worker=3)]
   assert sizes == [4, 4, 2]
   info = client.server_info(timeout=10)['uniform']
   assert info.rate_limiter_info.sample_stats.completed == 10
 
 
-def test_several_workers(client, reset):
+def test_several_workers(client, reset, make_dataset):
   reset('uniform')
   _fill(client, 'uniform', 5)
-  ds = client.dataset('uniform', 5, max_samples=30,
-                      num_workers_per_iterator=3,
-                      max_in_flight_samples_per_worker=4, drop_remainder=True)
+  ds = make_dataset(client, 'uniform', 5, max_samples=30,
+                    num_workers_per_iterator=3,
+                    max_in_flight_samples_per_worker=4, drop_remainder=True)
   sizes = [b.info.key.size for b in ds]
   assert sum(sizes) == 30 and set(sizes) == {5}
   info = client.server_info(timeout=10)['uniform']
@@ -66,14 +77,14 @@ def test_several_workers(client, reset):
   assert sum(b.info.key.size for b in ds) == 30
 
 
-def test_structure_from_signature(client, reset):
+def test_structure_from_signature(client, reset, make_dataset):
   reset('sig')
   with client.trajectory_writer(1) as w:
     for i in range(4):
       w.append({'obs': np.full((3, 2), i, np.float32),
                 'action': np.arange(i, i + 2), 'reward': np.float32(i)})
       w.create_item('sig', 1.0, {k: h[-1] for k, h in w.history.items()})
-  (b,) = list(client.dataset('sig', 4, max_samples=4))
+  (b,) = list(make_dataset(client, 'sig', 4, max_samples=4))
   assert set(b.data) == {'obs', 'action', 'reward'}
   assert b.data['obs'].shape == (4, 3, 2)
   assert b.data['action'].shape == (4, 2)
@@ -83,24 +94,26 @@ def test_structure_from_signature(client, reset):
   np.testing.assert_array_equal(b.data['action'], [[0, 1]] * 4)
 
 
-def test_structure_argument(client, reset):
+def test_structure_argument(client, reset, make_dataset):
   reset('uniform')
   _fill(client, 'uniform', 3)
   Pair = collections.namedtuple('Pair', 'action observation')
-  (b,) = list(client.dataset('uniform', 4, max_samples=4,
-                             structure=Pair(None, None)))
+  (b,) = list(make_dataset(client, 'uniform', 4, max_samples=4,
+                           structure=Pair(None, None)))
   assert isinstance(b.data, Pair)
   assert b.data.action.shape == (4,) and b.data.observation.shape == (4, 1, 3,
                                                                       2)
 
 
 @pytest.mark.parametrize('drop_remainder', [False, True])
-def test_rate_limiter_timeout_ends_iteration(client, reset, drop_remainder):
+def test_rate_limiter_timeout_ends_iteration(client, reset, drop_remainder,
+                                              make_dataset):
   reset('queue')
   _fill(client, 'queue', 5)
   start = time.monotonic()
-  batches = list(client.dataset('queue', 4, rate_limiter_timeout_ms=300,
-                                drop_remainder=drop_remainder))
+  batches = list(make_dataset(client, 'queue', 4,
+                              rate_limiter_timeout_ms=300,
+                              drop_remainder=drop_remainder))
   assert time.monotonic() - start < 10
   sizes = [b.info.key.size for b in batches]
   assert sizes == ([4] if drop_remainder else [4, 1])
@@ -108,29 +121,32 @@ def test_rate_limiter_timeout_ends_iteration(client, reset, drop_remainder):
   np.testing.assert_array_equal(acts, np.arange(len(acts)))  # FIFO order
 
 
-def test_rate_limiter_timeout_on_empty_table(client, reset):
+def test_rate_limiter_timeout_on_empty_table(client, reset, make_dataset):
   reset('empty')
-  it = iter(client.dataset('empty', 2, rate_limiter_timeout_ms=50))
+  it = iter(make_dataset(client, 'empty', 2, rate_limiter_timeout_ms=50))
   with pytest.raises(StopIteration):
     next(it)
   with pytest.raises(StopIteration):
     next(it)
 
 
-def test_unknown_table(client):
-  it = iter(client.dataset('no_such_table', 2))
+def test_unknown_table(client, make_dataset):
+  it = iter(make_dataset(client, 'no_such_table', 2))
   with pytest.raises(reverie.TableNotFoundError, match='no_such_table'):
     next(it)
 
 
-def test_unequal_shapes_cannot_be_batched(client, reset):
+def test_unequal_shapes_cannot_be_batched(client, reset, make_dataset):
+  # Items of 1 and 2 rows, alternating, so that any two in FIFO order
+  # differ. There are many because, in our runs, Reverb's server handed the
+  # first few to requests of the previous test's cancelled streams.
   reset('scratch')
-  with client.trajectory_writer(3) as w:
-    for i in range(3):
+  with client.trajectory_writer(2) as w:
+    for i in range(24):
       w.append({'x': np.int32(i)})
-      w.create_item('scratch', 1.0, w.history['x'][-(i + 1):])
+      w.create_item('scratch', 1.0, w.history['x'][-(i % 2 + 1):])
   with pytest.raises(reverie.InvalidArgumentError, match='shapes'):
-    list(client.dataset('scratch', 3, rate_limiter_timeout_ms=1000))
+    list(make_dataset(client, 'scratch', 3, rate_limiter_timeout_ms=1000))
 
 
 def _wait_dead(threads, seconds=10):
@@ -161,6 +177,67 @@ def test_leaving_a_loop_early_stops_background_threads(client, reset):
   assert all(t.is_alive() for t in threads)
   del it  # as when a for loop is left: the iterator is collected
   _wait_dead(threads)
+
+
+def _wait_exited(proc, seconds=10):
+  deadline = time.monotonic() + seconds
+  while proc.poll() is None:
+    assert time.monotonic() < deadline, proc.pid
+    time.sleep(0.02)
+
+
+def test_subprocess_close_while_blocked(client, reset):
+  # next() waits on the rate limiter of an empty table; close() from
+  # another thread ends it with StopIteration and the child exits.
+  reset('empty')
+  it = iter(client.dataset('empty', 2, in_subprocess=True))
+  proc = it._proc  # pylint: disable=protected-access
+  result = []
+  def consume():
+    try:
+      next(it)
+      result.append('batch')
+    except StopIteration:
+      result.append('stop')
+    except Exception as e:  # pylint: disable=broad-except
+      result.append(e)
+  t = threading.Thread(target=consume)
+  t.start()
+  time.sleep(0.5)
+  assert proc.poll() is None and t.is_alive()
+  it.close()
+  t.join(10)
+  assert result == ['stop']
+  _wait_exited(proc)
+  with pytest.raises(StopIteration):
+    next(it)
+
+
+def test_subprocess_collected_iterator_stops_child(client, reset):
+  reset('uniform')
+  _fill(client, 'uniform', 5)
+  it = iter(client.dataset('uniform', 2, in_subprocess=True))
+  b = next(it)
+  assert b.info.key.size == 2
+  assert b.data[1].flags.writeable  # received into writable memory
+  b.data[1][:] = 0
+  proc = it._proc  # pylint: disable=protected-access
+  del it
+  _wait_exited(proc)
+
+
+def test_subprocess_that_dies_is_an_error(client, reset):
+  reset('uniform')
+  _fill(client, 'uniform', 5)
+  it = iter(client.dataset('uniform', 2, in_subprocess=True, prefetch=1))
+  next(it)
+  it._proc.kill()  # pylint: disable=protected-access
+  # The batch already sent may still arrive; then the end is an error.
+  with pytest.raises(reverie.ReverieError, match='subprocess ended'):
+    for _ in range(3):
+      next(it)
+  with pytest.raises(StopIteration):
+    next(it)
 
 
 def test_invalid_arguments(client):
@@ -224,7 +301,8 @@ ALL_DTYPES = [np.float16, np.float32, np.float64, np.int8, np.int16,
 
 @pytest.mark.parametrize('chunk_length', [1, 2, 3])
 @pytest.mark.parametrize('delta', [False, True])
-def test_every_dtype_in_batches(client, reset, chunk_length, delta):
+def test_every_dtype_in_batches(client, reset, chunk_length, delta,
+                                make_dataset):
   # Whole-chunk columns are decompressed straight into the batch; others
   # (rows inside longer chunks, strings) are decoded one by one.
   reset('queue')
@@ -238,8 +316,8 @@ def test_every_dtype_in_batches(client, reset, chunk_length, delta):
       steps.append(step)
       w.append(step)
       w.create_item('queue', 1.0, {k: h[-1] for k, h in w.history.items()})
-  (b,) = list(client.dataset('queue', 7, max_samples=7,
-                             rate_limiter_timeout_ms=10000))
+  (b,) = list(make_dataset(client, 'queue', 7, max_samples=7,
+                           rate_limiter_timeout_ms=10000))
   for c, k in enumerate(sorted(steps[0])):
     got = b.data[c]
     want = np.stack([s[k] for s in steps])

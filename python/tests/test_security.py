@@ -40,6 +40,11 @@ def test_tls_and_token(secure_server):
     c2 = pickle.loads(pickle.dumps(c))
     assert 'queue' in c2.server_info(timeout=10)
     c2.close()
+    # So does a dataset's child process.
+    c.insert(np.float32(4), {'queue': 1.0}, timeout=10)
+    (batch,) = list(c.dataset('queue', 1, max_samples=1, in_subprocess=True,
+                              rate_limiter_timeout_ms=10_000))
+    assert batch.data[0].ravel().tolist() == [4.0]
 
   for token, words in ((None, 'missing'), ('gamma', 'not one this server')):
     with reverie.Client(secure_server.address, tls=ca, token=token) as c:

@@ -132,6 +132,7 @@ class Client:
     self._server_address = server_address
     self._security = dict(tls=tls, tls_client_cert=tls_client_cert,
                           token=token)
+    self._channel_options = tuple(channel_options)
     options = list(_CHANNEL_OPTIONS) + list(channel_options)
     self._channel = _make_channel(server_address, options, tls,
                                   tls_client_cert, token)
@@ -141,8 +142,9 @@ class Client:
     self._signature_cache = {}
 
   def __reduce__(self):
-    return functools.partial(self.__class__, **self._security), (
-        self._server_address,)
+    return functools.partial(self.__class__, **self._security,
+                             channel_options=self._channel_options), (
+                                 self._server_address,)
 
   def __repr__(self):
     return f'reverie.Client(server_address={self._server_address!r})'
