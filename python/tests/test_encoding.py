@@ -72,6 +72,25 @@ def test_golden_vectors(name, arr, delta, content, wire):
   np.testing.assert_array_equal(back, arr)
 
 
+def test_small_blocks_are_one_literal():
+  # Up to 60 bytes compress() writes the block itself (cramjam would
+  # release the GIL); Snappy writes only literals below 17 bytes, so up to
+  # there the bytes are Snappy's own, and every block decompresses.
+  rng = np.random.default_rng(3)
+  snappy = encoding._snappy  # pylint: disable=protected-access
+  for n in range(0, 70):
+    for arr in (rng.integers(0, 256, n, dtype=np.uint8), np.zeros(n, np.uint8),
+                rng.random(n // 4, dtype=np.float32)):
+      block = encoding.compress(arr)
+      assert bytes(snappy.decompress_raw(block)) == arr.tobytes(), n
+      if arr.nbytes < 17:
+        assert block == bytes(snappy.compress_raw(arr.tobytes())), n
+      elif arr.nbytes <= 60:
+        assert len(block) == arr.nbytes + 2, n
+  # Above that, Snappy compresses.
+  assert len(encoding.compress(np.zeros(61, np.uint8))) < 61
+
+
 def test_delta_not_applied_without_flag():
   x = np.array([[250, 0], [3, 255]], np.uint8)
   p = encoding.encode_tensor(x, False)

@@ -340,12 +340,31 @@ def delta_decode(arr):
   return out.view(arr.dtype).reshape(arr.shape)
 
 
+# Blocks of up to this many bytes are written as one Snappy literal.
+_LITERAL_MAX = 60
+
+
 def compress(arr):
-  """Snappy block of the little-endian bytes of ``arr``."""
+  """Snappy block of the little-endian bytes of ``arr``.
+
+  Up to _LITERAL_MAX bytes (a scalar reward, an action) the block is one
+  literal, made here: its length, a one-byte tag, the bytes. Snappy
+  itself writes only literals below 17 bytes, so up to there the bytes
+  are the same; above, a compressible input gives up to 55 bytes more.
+  cramjam releases the GIL for every call, and each release hands a busy
+  Python thread of the caller's process its 5 ms turn (see
+  docs/benchmarks-notes.md, "The Python client beside other Python
+  threads").
+  """
   arr = _little_endian(arr)
-  if arr.nbytes > _MAX_SNAPPY_INPUT:
+  n = arr.nbytes
+  if n <= _LITERAL_MAX:
+    if not n:
+      return b'\x00'
+    return bytes((n, (n - 1) << 2)) + arr.tobytes()
+  if n > _MAX_SNAPPY_INPUT:
     raise errors.InvalidArgumentError(
-        f'tensor of {arr.nbytes} bytes is too large for Snappy')
+        f'tensor of {n} bytes is too large for Snappy')
   if arr.ndim:
     # Snappy reads the array's memory as it is (it is C-contiguous), which
     # saves making a flat byte view of it first: a tenth of the cost of a
