@@ -226,6 +226,17 @@ def test_subprocess_collected_iterator_stops_child(client, reset):
   _wait_exited(proc)
 
 
+def test_subprocess_that_finished_before_the_first_next(client, reset):
+  # The child sends every batch and its end, and exits, before the parent
+  # reads the first batch: the credit the parent then sends has no reader.
+  reset('uniform')
+  _fill(client, 'uniform', 5)
+  it = iter(client.dataset('uniform', 2, max_samples=6, prefetch=4,
+                           in_subprocess=True))
+  _wait_exited(it._proc)  # pylint: disable=protected-access
+  assert [b.info.key.size for b in it] == [2, 2, 2]
+
+
 def test_subprocess_that_dies_is_an_error(client, reset):
   reset('uniform')
   _fill(client, 'uniform', 5)

@@ -123,8 +123,6 @@ class ProcessDatasetIterator:
         raise StopIteration
       try:
         kind, payload = _recv(self._conn)
-        if kind == 'batch':
-          self._conn.send_bytes(_CREDIT)
       except (EOFError, OSError) as e:
         if self._done:  # closed by another thread
           raise StopIteration from None
@@ -134,6 +132,10 @@ class ProcessDatasetIterator:
             'dataset subprocess ended without finishing the iteration '
             f'(exit status {code}): {e or type(e).__name__}') from e
       if kind == 'batch':
+        try:
+          self._conn.send_bytes(_CREDIT)
+        except OSError:
+          pass  # the child finished and left; its end is still to be read
         return sampler_lib.ReplaySample(payload.info,
                                         self._unflatten(payload.data))
       self.close()
