@@ -163,6 +163,21 @@ def test_dtype_and_shape_are_fixed_per_column(client):
     assert w.episode_steps == 1
 
 
+def test_chunk_encoding_errors_come_from_append(client):
+  # Numeric chunks are compressed by the sender when first sent; a string
+  # chunk, which can fail to encode, is encoded when it is finalised, so
+  # the error is the append's, as before.
+  w = client.trajectory_writer(1, validate_items=False)
+  w.append({'x': np.zeros(3, np.float32)})
+  chunk = w.history['x'][-1]._cells[0].chunk  # pylint: disable=protected-access
+  assert chunk.final and chunk.data is None  # no item has sent it yet
+  with pytest.raises(ValueError, match='neither bytes nor str'):
+    w.append({'s': np.array([b'a', 3], dtype=object)})
+  with pytest.raises(ValueError, match='neither bytes nor str'):
+    w.append({'x': np.zeros(3, np.float32)})  # the error is sticky
+  w.close()
+
+
 def test_end_episode(client, reset):
   reset('queue')
   with client.trajectory_writer(4) as w:

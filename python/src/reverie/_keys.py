@@ -18,7 +18,12 @@ import random
 import numpy as np
 
 _rng = random.Random(os.urandom(32))
-_BATCH = 256
+# Keys drawn at a time. numpy releases the GIL in loops over more than 500
+# elements, and a release hands any busy Python thread of the process its
+# 5 ms turn: 256 keys (2,560 elements per step of varints) took 8.5 ms
+# beside such a thread, against 0.16 ms alone. 48 keys stay under the
+# threshold, for about 0.7 µs more per key.
+_BATCH = 48
 _SHIFTS = np.arange(0, 64, 7, dtype=np.uint64)  # the 10 groups of 7 bits
 _GROUP = np.arange(len(_SHIFTS))
 _pool = []  # (key, varint) pairs, taken from the end

@@ -399,6 +399,12 @@ def tensor_content(arr, delta=False):
   return dt, arr.shape, compress(arr)
 
 
+def encodes_without_error(arr):
+  """Whether tensor_content(arr) cannot fail: a numeric array that Snappy
+  takes (strings are checked element by element as they are encoded)."""
+  return arr.dtype.kind not in 'SUO' and arr.nbytes <= _MAX_SNAPPY_INPUT
+
+
 def tensor_shape(proto):
   """The shape of a TensorProto as a tuple of ints."""
   sp = proto.tensor_shape

@@ -68,9 +68,16 @@ _SIGNATURE_TIMEOUT_S = 30.0
 
 
 class _Chunk:
-  """A chunk of one column: open while it receives rows, then finalised."""
+  """A chunk of one column: open while it receives rows, then finalised.
+
+  A finalised chunk of a numeric column is encoded (delta, Snappy, wire
+  bytes) by the sender, when it is first sent, not by the caller: cramjam
+  releases the GIL while it compresses, so there the compression overlaps
+  the caller's next steps, and the caller's own run of the interpreter is
+  not cut short (docs/benchmarks-notes.md, "The Python client beside
+  other Python threads")."""
   __slots__ = ('key', 'kv', 'column', 'episode', 'steps', 'rows', 'array',
-               'data')
+               'final', 'range', 'delta', 'data')
 
   def __init__(self, key_varint, column, episode):
     self.key, self.kv = key_varint
@@ -79,7 +86,28 @@ class _Chunk:
     self.steps = []
     self.rows = []  # step arrays while open
     self.array = None  # the stacked rows once finalised
-    self.data = None  # serialized ChunkData once finalised
+    self.final = False
+    self.range = None  # SequenceRange bytes, once finalised
+    self.delta = False
+    self.data = None  # serialized ChunkData, once encoded
+
+  def encode(self):
+    """The chunk's ChunkData bytes, encoded on first use. The array and
+    range of a finalised chunk never change, so two threads encoding it
+    at once make the same bytes."""
+    data = self.data
+    if data is None:
+      arr = self.array
+      tensor = _wire.tensor_proto(*encoding.tensor_content(arr, self.delta))
+      data = self.data = _wire.chunk_data(self.kv, self.range, [tensor],
+                                          self.delta,
+                                          encoding.total_bytes(arr))
+    return data
+
+  def size(self):
+    """The encoded size, or the array's bytes before encoding."""
+    data = self.data
+    return len(data) if data is not None else self.array.nbytes
 
 
 class _Cell:
@@ -135,7 +163,7 @@ class _Item:
 
   def ready(self):
     for c in self.chunks:
-      if c.data is None:
+      if not c.final:
         return False
     return True
 
@@ -569,12 +597,12 @@ class TrajectoryWriter:
     try:
       arr = encoding.stack_rows(ch.rows)
       first, last = ch.steps[0], ch.steps[-1]
-      tensor = _wire.tensor_proto(*encoding.tensor_content(arr, self._delta))
-      ch.data = _wire.chunk_data(
-          ch.kv,
-          _wire.sequence_range(ch.episode, first, last,
-                               last - first + 1 != len(ch.steps)),
-          [tensor], self._delta, encoding.total_bytes(arr))
+      ch.range = _wire.sequence_range(ch.episode, first, last,
+                                      last - first + 1 != len(ch.steps))
+      ch.delta = self._delta
+      ch.array = arr
+      if not encoding.encodes_without_error(arr):
+        ch.encode()  # strings, or an error to raise here
     except errors.ReverieError as e:
       err = errors.InvalidArgumentError(
           f'trajectory writer: encoding column {col.path}: {e}')
@@ -583,8 +611,8 @@ class TrajectoryWriter:
         self._send.notify_all()
         self._work.notify_all()
       raise err from e
-    ch.array = arr
     ch.rows = None
+    ch.final = True
 
   def _finalise_queued_locked(self, leave=0):
     """Finalises the open chunks the waiting items (but the last ``leave``)
@@ -594,7 +622,7 @@ class TrajectoryWriter:
       if i >= n:
         break
       for ch in it.chunks:
-        if ch.data is None and ch.column.open is ch:
+        if not ch.final and ch.column.open is ch:
           self._finalise_locked(ch.column)
     self._push_ready_locked()
 
@@ -1017,10 +1045,10 @@ class _Requests:
         for ch in it.chunks:
           if ch.key not in sent:
             sent.add(ch.key)
-            chunks.append(ch.data)
-            size += len(ch.data)
+            chunks.append(ch)
+            size += ch.size()
     # Encoded outside the lock: the chunks' and items' bytes never change.
     keep = sent.intersection(items[-1].keep)
     state.sent = keep
-    return _wire.insert_request(chunks, [it.data for it in items],
-                                sorted(keep))
+    return _wire.insert_request([ch.encode() for ch in chunks],
+                                [it.data for it in items], sorted(keep))
