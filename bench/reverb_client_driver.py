@@ -40,6 +40,8 @@ their sum, with latencies from their merged histograms and the client CPU
 of all of them. `--start-at` lets several driver processes, started
 together, measure one window (bench/py-ab.sh).
 
+`--zygote` (alone) serves many invocations from one process: see zygote().
+
 With several `--clients` values (and `--target`s, and `--reps`) the runs are
 made one after another in this process (so TensorFlow is imported once). Each prints one JSON line with the
 fields of `reverie bench --json` (`insert`/`sample`: items, bytes, seconds,
@@ -562,5 +564,52 @@ def main(argv):
   return 1 if errors else 0
 
 
+def zygote():
+  """`--zygote`: serve invocations of this driver from one process that
+  imported TensorFlow once (about 6 s on two cores; bench/run.py calls the
+  driver ten times in a full run). Each line of stdin is a JSON request
+  {"argv": [...], "out": path, "err": path}; for each, a child forked from
+  this process (which never makes a client or channel) runs main(argv)
+  with its stdout and stderr in those files. This process answers each
+  request with a line {"pid": N} as the child starts and {"rc": code}
+  when it ends (killed: 128 + the signal), so that the caller can kill a
+  child that outlives its timeout."""
+  for line in sys.stdin:
+    if not line.strip():
+      continue
+    req = json.loads(line)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+      code = 1
+      try:
+        out = os.open(req['out'], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        err = os.open(req['err'], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(out, 1)
+        os.dup2(err, 2)
+        sys.stdin = open(os.devnull)  # pylint: disable=consider-using-with
+        try:
+          code = main(['reverb_client_driver.py'] + req['argv']) or 0
+        except SystemExit as e:
+          code = e.code if isinstance(e.code, int) else 1
+        except BaseException:  # pylint: disable=broad-except
+          import traceback  # pylint: disable=g-import-not-at-top
+          traceback.print_exc()
+        sys.stdout.flush()
+        sys.stderr.flush()
+      finally:
+        os._exit(code)  # pylint: disable=protected-access
+    print(json.dumps({'pid': pid}), flush=True)
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    print(json.dumps({'rc': code if code >= 0 else 128 - code}), flush=True)
+  return 0
+
+
 if __name__ == '__main__':
+  if sys.argv[1:] == ['--zygote']:
+    sys.exit(zygote())
   sys.exit(main(sys.argv))
