@@ -188,9 +188,26 @@ func (s *Server) snapshotLoop() {
 // checkpoint (or ""); else local. A bucket that cannot be listed is an
 // error: starting without the data it may hold would let the next uploads
 // prune it away.
+//
+// A snapshot that another server prunes between the listing and the
+// download is looked for again, up to pullAttempts times.
 func (s *Server) pullSnapshot(local string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Snapshots.timeout())
 	defer cancel()
+	for attempt := 1; ; attempt++ {
+		dir, err := s.pullNewest(ctx, local)
+		if !errors.Is(err, remote.ErrNotFound) || attempt == pullAttempts {
+			return dir, err
+		}
+		s.log.Warn("the remote snapshot went away before its download; looking again",
+			"bucket", s.remote.String(), "err", err)
+	}
+}
+
+// pullAttempts bounds pullSnapshot's attempts.
+const pullAttempts = 3
+
+func (s *Server) pullNewest(ctx context.Context, local string) (string, error) {
 	snap, ok, err := s.remote.Latest(ctx)
 	if err != nil {
 		return "", fmt.Errorf("cannot look for remote snapshots (pass --restore to start from a local checkpoint without them): %w", err)

@@ -132,9 +132,27 @@ func (b *Bucket) errorf(err error, op, key string) error {
 	return fmt.Errorf("remote: %s %s object %q: %w", op, b.url, key, err)
 }
 
+// listAttempts bounds List's retries of a listing during which an object
+// vanished.
+const listAttempts = 5
+
 // List returns the snapshots in the bucket, complete or not, oldest first.
 // Objects that are not part of a snapshot are ignored.
+//
+// Another server pruning the bucket may delete objects while they are
+// listed, and some drivers (file://, which stats each object it lists)
+// then fail the listing with NotFound. List starts over when that happens,
+// up to listAttempts times.
 func (b *Bucket) List(ctx context.Context) ([]Snapshot, error) {
+	for attempt := 1; ; attempt++ {
+		snaps, err := b.list(ctx)
+		if err == nil || gcerrors.Code(err) != gcerrors.NotFound || attempt == listAttempts || ctx.Err() != nil {
+			return snaps, err
+		}
+	}
+}
+
+func (b *Bucket) list(ctx context.Context) ([]Snapshot, error) {
 	byName := make(map[string]*Snapshot)
 	it := b.b.List(nil)
 	for {
