@@ -34,8 +34,7 @@ import sys
 import threading
 from multiprocessing import connection
 
-import numpy as np
-
+from reverie import dataset as dataset_lib
 from reverie import errors
 from reverie import sampler as sampler_lib
 
@@ -139,10 +138,7 @@ class ProcessDatasetIterator:
         return sampler_lib.ReplaySample(payload.info,
                                         self._unflatten(payload.data))
       self.close()
-      if payload is None or isinstance(payload,
-                                       errors.RateLimiterTimeoutError):
-        raise StopIteration
-      raise payload
+      dataset_lib.raise_end(payload)
 
   def close(self, timeout=_EXIT_TIMEOUT_S):
     """Stops the child and waits up to ``timeout`` seconds for it to exit,
@@ -207,7 +203,6 @@ class _Sink:
 def _serve(conn):
   """The child's life: sample, batch, send, until the iteration ends or
   the parent stops it."""
-  from reverie import dataset as dataset_lib  # pylint: disable=g-import-not-at-top
   cfg = conn.recv()
   sink = _Sink(conn, cfg['prefetch'])
   batcher = dataset_lib._Batcher(  # pylint: disable=protected-access

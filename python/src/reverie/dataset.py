@@ -331,6 +331,14 @@ class _Batcher:
       self._batch = None
 
 
+def raise_end(err):
+  """Ends an iteration whose sampler stopped with err: StopIteration when
+  it finished or its rate limiter timeout passed, else err itself."""
+  if err is None or isinstance(err, errors.RateLimiterTimeoutError):
+    raise StopIteration
+  raise err
+
+
 class DatasetIterator:
   """One pass over a Dataset: a sampler whose workers assemble batches.
 
@@ -366,9 +374,7 @@ class DatasetIterator:
     self._done = True
     err = self._sampler.error
     self._sampler.close()
-    if err is None or isinstance(err, errors.RateLimiterTimeoutError):
-      raise StopIteration
-    raise err
+    raise_end(err)
 
   def close(self):
     self._done = True
