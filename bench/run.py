@@ -264,6 +264,12 @@ class EchoServer:
     self.proc.wait()
 
 
+def json_lines(text):
+  """The JSON objects of a client's output, one per line starting with {."""
+  return [json.loads(line) for line in map(str.strip, text.splitlines())
+          if line.startswith('{')]
+
+
 class Zygote:
   """bench/reverb_client_driver.py --zygote, started on first use: one
   process imports TensorFlow, and every driver invocation is a child forked
@@ -378,11 +384,7 @@ class Bench:
     if stats:
       stats['client_cpu_sec'] = round(ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime, 3)
       procstat.add_gc(stats, gc0, server.gc() if gc0 else None)
-    out = []
-    for line in res.stdout.splitlines():
-      line = line.strip()
-      if line.startswith('{'):
-        out.append(json.loads(line))
+    out = json_lines(res.stdout)
     if res.returncode != 0:
       log(f'exit code {res.returncode}: {" ".join(cmd)} (log {errlog})')
     return out, stats
@@ -400,13 +402,8 @@ class Bench:
       log(f'TIMEOUT after {timeout}s: driver {" ".join(argv)} (log {errlog})')
     elif rc != 0:
       log(f'exit code {rc}: driver {" ".join(argv)} (log {errlog})')
-    out = []
     with open(outlog) as f:
-      for line in f:
-        line = line.strip()
-        if line.startswith('{'):
-          out.append(json.loads(line))
-    return out
+      return json_lines(f.read())
 
   def _record(self, workload, server, client, report, stats, **extra):
     st = report.pop('server', None) or stats  # the driver measures its own window
