@@ -33,8 +33,9 @@ type sampleResponse struct {
 	// buf holds the bytes the tensors' contents reference. Whoever
 	// receives the response owns one reference to it and frees it.
 	buf mem.Buffer
-	// table is a name the decoder reuses for item.table when the bytes
-	// are the same, to save a string allocation per sample.
+	// table is the last table name decoded, which the decoder reuses for
+	// item.table when the bytes are the same, to save a string allocation
+	// per sample. It outlives recycle.
 	table string
 
 	// The parts of the entries are carved out of these slabs, a few
@@ -417,6 +418,7 @@ func (r *sampleResponse) decodeItem(b []byte, it *sampleItem) error {
 			it.key = x
 		case num == 2 && typ == protowire.BytesType:
 			it.table, b, err = consumeString(b, "table", r.table)
+			r.table = it.table
 		case num == 3 && typ == protowire.VarintType:
 			_, b, err = consumeVarint(b, "deprecated_chunk_keys")
 		case num == 3 && typ == protowire.BytesType:

@@ -788,7 +788,7 @@ func b2i(b bool) int {
 
 // benchSampleResponse is a SampleStreamResponse as reverie's server sends
 // it to "reverie bench": n one-step samples of a 400 B float32 vector.
-func benchSampleResponse(b *testing.B, n int) []byte {
+func benchSampleResponse(b testing.TB, n int) []byte {
 	r := rand.New(rand.NewPCG(9, 10))
 	resp := &reverbpb.SampleStreamResponse{}
 	for i := 0; i < n; i++ {
@@ -827,6 +827,91 @@ func benchSampleResponse(b *testing.B, n int) []byte {
 		b.Fatal(err)
 	}
 	return msg
+}
+
+// decodeKept decodes msg as the sampler does, one partialSample for every
+// sample in turn, and returns the samples.
+func decodeKept(t testing.TB, resp *sampleResponse, p *partialSample, msg []byte) []Sample {
+	t.Helper()
+	if err := resp.decode(msg); err != nil {
+		t.Fatal(err)
+	}
+	var out []Sample
+	for i := range resp.entries {
+		e := &resp.entries[i]
+		p.info = e.info
+		for j := range e.chunks {
+			p.add(&e.chunks[j])
+		}
+		smp, err := p.decode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.release()
+		out = append(out, smp)
+	}
+	resp.recycle(false)
+	return out
+}
+
+// TestKeptSamplesShareNothingVisible: the column lists and shapes of
+// successive samples come from shared arrays (outSlab); each sample's must
+// still be its own, with no spare capacity for an append to write into a
+// neighbour's.
+func TestKeptSamplesShareNothingVisible(t *testing.T) {
+	msg := benchSampleResponse(t, 16)
+	var resp sampleResponse
+	p := &partialSample{}
+	var kept []Sample
+	for range 5 {
+		kept = append(kept, decodeKept(t, &resp, p, msg)...)
+	}
+	for i := range kept {
+		s := &kept[i]
+		if len(s.Columns) != 1 || cap(s.Columns) != 1 {
+			t.Fatalf("sample %d: columns len %d cap %d, want 1 and 1", i, len(s.Columns), cap(s.Columns))
+		}
+		if sh := s.Columns[0].Shape; len(sh) != 1 || cap(sh) != 1 || sh[0] != 100 {
+			t.Fatalf("sample %d: shape %v (cap %d), want [100] with no spare capacity", i, sh, cap(sh))
+		}
+	}
+	// Writing into each sample's parts changes that sample only.
+	for i := range kept {
+		kept[i].Columns[0].Shape[0] = int64(i)
+		kept[i].Columns[0].DType = DType(i)
+		kept[i].Columns = append(kept[i].Columns, Tensor{})
+		kept[i].Columns[0].Shape = append(kept[i].Columns[0].Shape, 7)
+	}
+	for i := range kept {
+		c := kept[i].Columns[0]
+		if c.Shape[0] != int64(i) || c.DType != DType(i) || len(c.Shape) != 2 {
+			t.Fatalf("sample %d: column 0 is %v%v after writes to the others, want dtype %d shape [%d 7]", i, c.DType, c.Shape, i, i)
+		}
+	}
+	// The first 16 are the same samples as a fresh decode's.
+	fresh := decodeKept(t, &sampleResponse{}, &partialSample{}, msg)
+	for i, s := range fresh {
+		again := decodeKept(t, &resp, p, msg)[i]
+		if !s.Columns[0].Equal(again.Columns[0]) || s.Info != again.Info {
+			t.Fatalf("sample %d differs between a fresh decoder and a reused one", i)
+		}
+	}
+}
+
+// TestSampleDecodeAllocations bounds the allocations per sample of a
+// response of 16 one-column samples: the sample's data, and a share of the
+// arrays its column list and shape come from. The table's name is decoded
+// once, not per sample.
+func TestSampleDecodeAllocations(t *testing.T) {
+	msg := benchSampleResponse(t, 16)
+	var resp sampleResponse
+	p := &partialSample{}
+	decodeKept(t, &resp, p, msg)
+	allocs := testing.AllocsPerRun(50, func() { decodeKept(t, &resp, p, msg) })
+	// decodeKept's own list of the samples takes a few allocations.
+	if perSample := allocs / 16; perSample > 1.5 {
+		t.Errorf("%.2f allocations per sample (%.0f per response of 16), want at most 1.5", perSample, allocs)
+	}
 }
 
 // BenchmarkSampleResponseDecode measures decoding a response of 16 samples

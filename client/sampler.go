@@ -672,6 +672,53 @@ type partialSample struct {
 	chunks []*sampleChunk // by arrival; a later chunk replaces an earlier one of the same key
 	byKey  map[uint64]*sampleChunk
 	bufs   []mem.Buffer // references to the buffers the chunks' contents are in
+	out    outSlab      // kept across samples: see outSlab
+}
+
+// outSlab hands out the small parts of the Samples a partialSample builds,
+// their column lists and shapes, from arrays shared by a few samples in
+// turn: one allocation for several samples instead of two per sample. A
+// part is never handed out twice, and each has no spare capacity, so an
+// append to it copies. A Sample the caller keeps keeps its arrays too,
+// which outSlabCols and outSlabDims bound (about 1.3 kB and 0.5 kB).
+type outSlab struct {
+	cols []Tensor
+	dims []int64
+}
+
+const (
+	outSlabCols = 16
+	outSlabDims = 64
+)
+
+// columns returns a zeroed list of n columns.
+func (o *outSlab) columns(n int) []Tensor {
+	if n > outSlabCols/2 {
+		return make([]Tensor, n)
+	}
+	if cap(o.cols)-len(o.cols) < n {
+		o.cols = make([]Tensor, 0, outSlabCols)
+	}
+	i := len(o.cols)
+	o.cols = o.cols[:i+n]
+	return o.cols[i : i+n : i+n]
+}
+
+// shape returns a copy of shape, nil if it is empty (as cloneShape).
+func (o *outSlab) shape(shape []int64) []int64 {
+	n := len(shape)
+	switch {
+	case n == 0:
+		return nil
+	case n > outSlabDims/4:
+		return cloneShape(shape)
+	}
+	if cap(o.dims)-len(o.dims) < n {
+		o.dims = make([]int64, 0, outSlabDims)
+	}
+	i := len(o.dims)
+	o.dims = append(o.dims, shape...)
+	return o.dims[i : i+n : i+n]
 }
 
 // partialSampleMapFrom is the number of chunks from which a partial sample
@@ -780,7 +827,7 @@ func (p *partialSample) decode() (Sample, error) {
 	if len(cols) == 0 {
 		return Sample{}, bad("no trajectory columns")
 	}
-	smp.Columns = make([]Tensor, len(cols))
+	smp.Columns = p.out.columns(len(cols))
 	for ci := range cols {
 		t, err := p.column(&cols[ci], ci, bad)
 		if err != nil {
@@ -819,10 +866,10 @@ func (p *partialSample) column(col *sampleColumn, ci int, bad func(string, ...an
 			// src is valid (decodeTensor made it): share its elements.
 			t = Tensor{DType: src.DType, Data: src.Data, Strings: src.Strings}
 			if col.squeeze && length == 1 {
-				t.Shape = cloneShape(src.Shape[1:])
+				t.Shape = p.out.shape(src.Shape[1:])
 				return t, nil
 			}
-			t.Shape = cloneShape(src.Shape)
+			t.Shape = p.out.shape(src.Shape)
 			whole = true
 			break
 		}
