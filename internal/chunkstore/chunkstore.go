@@ -33,6 +33,7 @@ type Store struct {
 	bytes  atomic.Int64
 	tier   *tier    // nil in memory mode
 	free   freeList // memory mode: released buffers for reuse (recycle.go)
+	slots  slots    // the chunks the shards' indexes hold (index.go)
 }
 
 type shard struct {
@@ -66,7 +67,7 @@ func (s *Store) Prefetch(key uint64) {
 func New() *Store {
 	s := &Store{}
 	for i := range s.shards {
-		s.shards[i].m = newIndex()
+		s.shards[i].m = newIndex(&s.slots)
 	}
 	return s
 }

@@ -2,6 +2,7 @@ package chunkstore
 
 import (
 	"math/rand/v2"
+	"sync"
 	"testing"
 )
 
@@ -9,7 +10,7 @@ import (
 // Go map, with keys from a small range so that runs collide and wrap.
 func TestIndexMatchesMap(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	ix, m := newIndex(), map[uint64]*Chunk{}
+	ix, m := newIndex(&slots{}), map[uint64]*Chunk{}
 	chunks := make([]*Chunk, 8)
 	for i := range chunks {
 		chunks[i] = &Chunk{}
@@ -39,4 +40,86 @@ func TestIndexMatchesMap(t *testing.T) {
 			t.Fatalf("get(%d) differs at the end", k)
 		}
 	}
+}
+
+// TestIndexSlotsReused: the slots of deleted keys are handed out again, so
+// the slots in use never exceed the keys held at once, and a freed slot
+// holds nothing for the collector to keep.
+func TestIndexSlotsReused(t *testing.T) {
+	sl := &slots{}
+	ix := newIndex(sl)
+	live := map[uint64]*Chunk{}
+	rng := rand.New(rand.NewPCG(3, 4))
+	const maxLive = 3000 // spans three pages of slots
+	next := uint64(0)
+	for op := range 100000 {
+		if len(live) < maxLive && (len(live) == 0 || rng.IntN(2) == 0) {
+			next++
+			c := &Chunk{key: next}
+			ix.set(next, c)
+			live[next] = c
+		} else {
+			for k, c := range live { // a random key: map order
+				ix.deleteChunk(k, c)
+				delete(live, k)
+				break
+			}
+		}
+		if sl.n > maxLive {
+			t.Fatalf("op %d: %d slots handed out for at most %d keys", op, sl.n, maxLive)
+		}
+	}
+	if got := int(sl.n) - len(sl.free); got != len(live) {
+		t.Fatalf("%d slots in use, %d keys held", got, len(live))
+	}
+	for _, s := range sl.free {
+		if sl.get(s) != nil {
+			t.Fatalf("free slot %d still holds chunk %d", s, sl.get(s).key)
+		}
+	}
+	for k, c := range live {
+		if ix.get(k) != c {
+			t.Fatalf("get(%d) = %p, want %p", k, ix.get(k), c)
+		}
+	}
+}
+
+// TestIndexSharedSlotsConcurrent: shards' indexes, each under its own
+// lock as in a Store, share one slots; run with -race.
+func TestIndexSharedSlotsConcurrent(t *testing.T) {
+	sl := &slots{}
+	const shards, ops = 4, 20000
+	var wg sync.WaitGroup
+	for g := range shards {
+		wg.Go(func() {
+			var mu sync.Mutex
+			ix := newIndex(sl)
+			rng := rand.New(rand.NewPCG(uint64(g), 5))
+			live := map[uint64]*Chunk{}
+			for range ops {
+				key := uint64(g)<<32 | rng.Uint64N(2000)
+				mu.Lock()
+				if c, ok := live[key]; ok {
+					if ix.get(key) != c {
+						t.Errorf("shard %d: get(%d) is not the chunk set", g, key)
+					}
+					ix.deleteChunk(key, c)
+					delete(live, key)
+				} else {
+					c := &Chunk{key: key}
+					ix.set(key, c)
+					live[key] = c
+				}
+				mu.Unlock()
+			}
+			mu.Lock()
+			for k, c := range live {
+				if ix.get(k) != c {
+					t.Errorf("shard %d: get(%d) differs at the end", g, k)
+				}
+			}
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
 }
