@@ -14,6 +14,18 @@ func SetCheckpointHook(s *Server, f func(stage, table string)) {
 	s.hooks.checkpoint = f
 }
 
+// SetSnapshotDownloadHook makes every server call f with the name of the
+// remote snapshot it is about to download at start, until restore is
+// called.
+func SetSnapshotDownloadHook(f func(name string)) (restore func()) {
+	beforeSnapshotDownload = f
+	return func() { beforeSnapshotDownload = nil }
+}
+
+// PullAttempts is how many times a server looks for a remote snapshot
+// that went away before its download.
+const PullAttempts = pullAttempts
+
 // CheckpointWaiters is the number of Checkpoint calls waiting for the next
 // checkpoint while one is written.
 func CheckpointWaiters(s *Server) int {

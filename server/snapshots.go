@@ -207,6 +207,11 @@ func (s *Server) pullSnapshot(local string) (string, error) {
 // pullAttempts bounds pullSnapshot's attempts.
 const pullAttempts = 3
 
+// beforeSnapshotDownload, when set, is called with the name of the
+// remote snapshot pullNewest is about to download. Tests set it to prune
+// that snapshot in between, as another server's schedule may.
+var beforeSnapshotDownload func(name string)
+
 func (s *Server) pullNewest(ctx context.Context, local string) (string, error) {
 	snap, ok, err := s.remote.Latest(ctx)
 	if err != nil {
@@ -220,6 +225,9 @@ func (s *Server) pullNewest(ctx context.Context, local string) (string, error) {
 		s.log.Info("the local checkpoint is at least as new as the newest remote snapshot; restoring it",
 			"local", local, "remote", snap.Name, "bucket", s.remote.String())
 		return local, nil
+	}
+	if f := beforeSnapshotDownload; f != nil {
+		f(snap.Name)
 	}
 	start := time.Now()
 	s.log.Info("downloading remote snapshot", "bucket", s.remote.String(), "snapshot", snap.Name,

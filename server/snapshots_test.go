@@ -290,3 +290,62 @@ func TestSnapshotCloseWhileScheduled(t *testing.T) {
 		srv.Close()
 	}
 }
+
+// TestRestoreSnapshotPrunedBeforeDownload prunes the snapshot a starting
+// server chose, between its listing and its download, as another server's
+// schedule may: the server looks again and restores the next newest. If
+// every snapshot it chooses goes away, it gives up after PullAttempts
+// looks with an error naming the bucket.
+func TestRestoreSnapshotPrunedBeforeDownload(t *testing.T) {
+	bucket, bucketDir := fileBucket(t)
+	cfg := snapConfig(t.TempDir(), bucket)
+	cfg.Snapshots.Keep = 10
+	a := servertest.Start(t, cfg)
+	var names []string
+	for _, n := range []int{3, 5, 7, 9} { // fill rewrites keys 0..n-1: n items in all
+		fill(t, a.Client, n, 4)
+		names = append(names, filepath.Base(checkpointNow(t, a.Client)))
+	}
+	prune := func(name string) {
+		if err := os.RemoveAll(filepath.Join(bucketDir, name)); err != nil {
+			t.Error(err)
+		}
+	}
+
+	// The newest is pruned once: the server restores the one before it.
+	var offered []string
+	restore := server.SetSnapshotDownloadHook(func(name string) {
+		offered = append(offered, name)
+		if len(offered) == 1 {
+			prune(name)
+		}
+	})
+	b := servertest.Start(t, snapConfig(t.TempDir(), bucket))
+	restore()
+	if want := []string{names[3], names[2]}; strings.Join(offered, " ") != strings.Join(want, " ") {
+		t.Fatalf("downloads tried %v, want %v", offered, want)
+	}
+	if n := serverInfo(t, b.Client)[0].GetCurrentSize(); n != 7 {
+		t.Fatalf("restored %d items, want the second newest snapshot's 7", n)
+	}
+
+	// Every snapshot chosen is pruned: the server gives up.
+	offered = nil
+	restore = server.SetSnapshotDownloadHook(func(name string) {
+		offered = append(offered, name)
+		prune(name)
+	})
+	defer restore()
+	fresh := t.TempDir()
+	_, err := server.New(snapConfig(fresh, bucket))
+	if len(offered) != server.PullAttempts {
+		t.Fatalf("downloads tried %v, want %d tries", offered, server.PullAttempts)
+	}
+	if err == nil || !errors.Is(err, server.ErrRestore) || !strings.Contains(err.Error(), bucket) {
+		t.Fatalf("New = %v; want a restore error naming the bucket", err)
+	}
+	t.Logf("New: %v", err)
+	if ents, _ := os.ReadDir(fresh); len(ents) != 0 {
+		t.Fatalf("a failed download left %v in the checkpoint dir", ents)
+	}
+}
