@@ -2,6 +2,8 @@ package chunkstore
 
 import (
 	"fmt"
+	"runtime"
+	"runtime/metrics"
 	"testing"
 
 	"github.com/reverie-rl/reverie/api/reverbpb"
@@ -80,4 +82,49 @@ func BenchmarkRead(b *testing.B) {
 			}
 		}
 	}
+}
+
+// BenchmarkCollectFullStore measures a garbage collection of a store
+// holding a full replay table's chunks: 1M chunks of 430 bytes, held in
+// insertion order as a table's items hold them, after half of them were
+// replaced FIFO. What the collector must walk is the chunks, reached once
+// from the holders and once from the store's index
+// (docs/benchmarks-notes.md, "The chunk index and the collector").
+// It reports the collector's CPU per collection (gc-cpu-ms/op).
+//
+//	go test -run XXX -bench CollectFullStore -benchtime 5x ./internal/chunkstore
+func BenchmarkCollectFullStore(b *testing.B) {
+	const n = 1 << 20
+	s := New()
+	enc := make([]byte, 430)
+	m := Meta{Rows: []int64{1}}
+	held := make([]*Chunk, 0, n)
+	key := uint64(0)
+	insert := func() *Chunk {
+		key++
+		m.Key = key
+		return s.InsertEncoded(m, append([]byte(nil), enc...))
+	}
+	for range n {
+		held = append(held, insert())
+	}
+	for i := range n / 2 { // FIFO: the oldest half gives way
+		held[i].Unref()
+		held[i] = nil
+		held = append(held, insert())
+	}
+	held = held[n/2:]
+	runtime.GC()
+	gcCPU := func() float64 {
+		s := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}}
+		metrics.Read(s)
+		return s[0].Value.Float64()
+	}
+	b.ResetTimer()
+	before := gcCPU()
+	for b.Loop() {
+		runtime.GC()
+	}
+	b.ReportMetric((gcCPU()-before)*1e3/float64(b.N), "gc-cpu-ms/op")
+	runtime.KeepAlive(held)
 }
