@@ -287,12 +287,19 @@ func (b *Bucket) upload(ctx context.Context, dir string, beforeDone func()) (Sna
 	if beforeDone != nil {
 		beforeDone()
 	}
+	if f := testBeforeDone; f != nil {
+		f(name)
+	}
 	// DONE last: until it exists, readers ignore the snapshot.
 	if err := b.b.WriteAll(ctx, doneKey(name), nil, &blob.WriterOptions{ContentType: contentType}); err != nil {
 		return Snapshot{}, b.errorf(err, "write", doneKey(name))
 	}
 	return snap, nil
 }
+
+// testBeforeDone, when set, is called with the snapshot's name just
+// before its DONE is written: tests look at the bucket then.
+var testBeforeDone func(name string)
 
 // put streams r (size bytes) to key. A failed write is aborted by
 // cancelling the writer's context, so that the object is not created.

@@ -315,10 +315,30 @@ func TestOpenNamesURL(t *testing.T) {
 // testUploadKeep checks that UploadKeep leaves the newest keep complete
 // snapshots after every upload, with keep 2 (pruned before DONE) and keep
 // 1 (pruned after), and that uploading a complete snapshot again prunes.
-// TestScheduledSnapshots in package server checks that a listing during
-// uploads never shows more than keep.
+// Just before each DONE is written with keep 2, the bucket must hold at
+// most keep-1 complete snapshots, so that it never holds more than keep.
 func testUploadKeep(t *testing.T, b *Bucket) {
 	ctx := ctxT(t)
+	var keep int
+	beforeDone := 0
+	testBeforeDone = func(name string) {
+		beforeDone++
+		snaps, err := b.List(ctx)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		n := 0
+		for _, s := range snaps {
+			if s.Complete {
+				n++
+			}
+		}
+		if want := keep - 1; keep >= 2 && n > want {
+			t.Errorf("before %s was marked complete, with keep %d, the bucket held %d complete snapshots; want at most %d", name, keep, n, want)
+		}
+	}
+	defer func() { testBeforeDone = nil }()
 	local := t.TempDir()
 	complete := func() []string {
 		snaps, err := b.List(ctx)
@@ -335,7 +355,7 @@ func testUploadKeep(t *testing.T, b *Bucket) {
 	}
 	var names []string
 	for i := range 5 {
-		keep := 2
+		keep = 2
 		if i == 4 {
 			keep = 1
 		}
@@ -352,6 +372,9 @@ func testUploadKeep(t *testing.T, b *Bucket) {
 		if got := complete(); strings.Join(got, " ") != strings.Join(want, " ") {
 			t.Fatalf("upload %d (keep %d, removed %v): bucket holds %v, want %v", i, keep, removed, got, want)
 		}
+	}
+	if beforeDone != 5 {
+		t.Fatalf("DONE was about to be written %d times in 5 uploads", beforeDone)
 	}
 	// Already complete: nothing is uploaded, and the prune still runs.
 	dir := writeCheckpoint(t, local, t0.Add(10*time.Minute), 1, 10)
