@@ -44,9 +44,10 @@ type shard struct {
 	hint atomic.Pointer[openaddr.Hint]
 }
 
-// set maps key to c and keeps hint current. sh.mu must be held.
-func (sh *shard) set(key uint64, c *Chunk) {
-	sh.m.set(key, c)
+// set maps key to c (see index.set) and keeps hint current. sh.mu must be
+// held.
+func (sh *shard) set(key uint64, c *Chunk, replacing bool) {
+	sh.m.set(key, c, replacing)
 	if old := sh.hint.Load(); old == nil || *old != sh.m.m.Hint() {
 		h := sh.m.m.Hint() // allocated only when the entries moved
 		sh.hint.Store(&h)
@@ -126,14 +127,15 @@ func (s *Store) insert(m Meta, enc []byte, recycle bool) *Chunk {
 	}
 	sh := s.shard(m.Key)
 	sh.mu.Lock()
-	if old := sh.m.get(m.Key); old != nil && old.tryRef() {
+	old := sh.m.get(m.Key)
+	if old != nil && old.tryRef() {
 		sh.mu.Unlock()
 		if recycle {
 			s.putFree(enc) // never seen by anyone else
 		}
 		return old
 	}
-	sh.set(m.Key, c)
+	sh.set(m.Key, c, old != nil) // a released chunk's key is taken over
 	sh.mu.Unlock()
 	s.count.Add(1)
 	s.bytes.Add(int64(c.size))

@@ -35,9 +35,12 @@ func (ix *index) get(key uint64) *Chunk {
 	return ix.slots.get(v - 1)
 }
 
-// set maps key to c, replacing the chunk key maps to if any (in its slot).
-func (ix *index) set(key uint64, c *Chunk) {
-	if v, ok := ix.m.Get(key); ok {
+// set maps key to c. replacing says whether key maps to a chunk now (as
+// get has just told the caller), whose slot c then takes; otherwise key
+// gets a slot of its own, with no lookup first.
+func (ix *index) set(key uint64, c *Chunk, replacing bool) {
+	if replacing {
+		v, _ := ix.m.Get(key)
 		ix.slots.put(v-1, c)
 		return
 	}
@@ -48,11 +51,10 @@ func (ix *index) set(key uint64, c *Chunk) {
 
 // deleteChunk removes key if it maps to c, and frees its slot.
 func (ix *index) deleteChunk(key uint64, c *Chunk) {
-	v, ok := ix.m.Get(key)
-	if !ok || ix.slots.get(v-1) != c {
+	v, ok := ix.m.DeleteFunc(key, func(v uint32) bool { return ix.slots.get(v-1) == c })
+	if !ok {
 		return
 	}
-	ix.m.Delete(key)
 	ix.slots.put(v-1, nil)
 	ix.slots.release(v - 1)
 }

@@ -20,7 +20,7 @@ func TestIndexMatchesMap(t *testing.T) {
 		c := chunks[rng.IntN(len(chunks))]
 		switch rng.IntN(3) {
 		case 0:
-			ix.set(key, c)
+			ix.set(key, c, ix.get(key) != nil)
 			m[key] = c
 		case 1:
 			ix.deleteChunk(key, c)
@@ -56,7 +56,7 @@ func TestIndexSlotsReused(t *testing.T) {
 		if len(live) < maxLive && (len(live) == 0 || rng.IntN(2) == 0) {
 			next++
 			c := &Chunk{key: next}
-			ix.set(next, c)
+			ix.set(next, c, false)
 			live[next] = c
 		} else {
 			for k, c := range live { // a random key: map order
@@ -107,7 +107,7 @@ func TestIndexSharedSlotsConcurrent(t *testing.T) {
 					delete(live, key)
 				} else {
 					c := &Chunk{key: key}
-					ix.set(key, c)
+					ix.set(key, c, false)
 					live[key] = c
 				}
 				mu.Unlock()

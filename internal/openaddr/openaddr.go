@@ -170,11 +170,18 @@ func (m *Map[V]) Delete(key uint64) {
 	}
 }
 
-// DeleteIf removes key if it maps to v.
-func (m *Map[V]) DeleteIf(key uint64, v V) {
-	if i, ok := m.find(key); ok && m.entries[i].v == v {
-		m.remove(i)
+// DeleteFunc removes key if match reports true for its value, and
+// returns the value removed and true; else the zero V and false. It finds
+// the key once.
+func (m *Map[V]) DeleteFunc(key uint64, match func(V) bool) (V, bool) {
+	i, ok := m.find(key)
+	if !ok || !match(m.entries[i].v) {
+		var zero V
+		return zero, false
 	}
+	v := m.entries[i].v
+	m.remove(i)
+	return v, true
 }
 
 // find returns the entry index of key.

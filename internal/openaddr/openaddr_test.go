@@ -25,8 +25,12 @@ func TestMatchesGoMap(t *testing.T) {
 				m.Delete(key)
 				delete(ref, key)
 			case 5:
-				m.DeleteIf(key, v)
-				if ref[key] == v {
+				got, removed := m.DeleteFunc(key, func(x uint32) bool { return x == v })
+				want, had := ref[key]
+				if removed != (had && want == v) || removed && got != v {
+					t.Fatalf("op %d: DeleteFunc(%d, == %d) = %d, %v; the map held %d, %v", op, key, v, got, removed, want, had)
+				}
+				if removed {
 					delete(ref, key)
 				}
 			case 6:
