@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/reverie-rl/reverie/internal/chunkstore"
-	"go.uber.org/goleak"
+	"github.com/reverie-rl/reverie/internal/leakcheck"
 )
 
 // TestMain fails the package's tests if any goroutine outlives them. The
@@ -12,5 +12,5 @@ import (
 // reuse, so that a read of a chunk's bytes after its release shows.
 func TestMain(m *testing.M) {
 	chunkstore.PoisonRecycled = true
-	goleak.VerifyTestMain(m)
+	leakcheck.Main(m)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/reverie-rl/reverie/api/reverbpb"
 	"github.com/reverie-rl/reverie/api/tensorflowpb"
+	"github.com/reverie-rl/reverie/internal/leakcheck"
 	"github.com/reverie-rl/reverie/selector"
 	"github.com/reverie-rl/reverie/server"
 	"go.uber.org/goleak"
@@ -22,7 +23,7 @@ import (
 // outlive Close (its SDK offers no way to close them; they time out after
 // 90s). They are the only net/http goroutines the server package starts.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
+	leakcheck.Main(m,
 		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
 		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
 	)

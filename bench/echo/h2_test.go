@@ -12,12 +12,13 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/reverie-rl/reverie/internal/leakcheck"
 )
 
 // startH2 serves the echo's own HTTP/2 server (--h2) on a loopback port
@@ -54,7 +55,7 @@ func startH2(t *testing.T, spec string, ackEvery uint64, readBuf int, handoff bo
 	t.Cleanup(func() {
 		// The tests' Cleanups of dialEcho run before this one.
 		stop()
-		goleak.VerifyNone(t)
+		leakcheck.None(t)
 	})
 	return lis.Addr().String(), rs, stop
 }

@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reverie-rl/reverie/internal/leakcheck"
 	"github.com/reverie-rl/reverie/server"
 	"github.com/reverie-rl/reverie/server/servertest"
-	"go.uber.org/goleak"
 )
 
 // TestRun inserts against a real server, paced and unpaced, and checks
@@ -52,4 +52,4 @@ func TestRunUnknownTable(t *testing.T) {
 }
 
 // TestMain fails the package's tests if any goroutine outlives them.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.Main(m) }

@@ -9,11 +9,11 @@ import (
 	"time"
 
 	"github.com/reverie-rl/reverie/api/reverbpb"
-	"go.uber.org/goleak"
+	"github.com/reverie-rl/reverie/internal/leakcheck"
 	"google.golang.org/protobuf/proto"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.Main(m) }
 
 // forEachMode runs test against a memory store, a hybrid store whose limit
 // holds a few small chunks, and a disk store.

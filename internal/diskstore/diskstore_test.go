@@ -13,11 +13,11 @@ import (
 	"github.com/reverie-rl/reverie/api/reverbpb"
 	"github.com/reverie-rl/reverie/api/tensorflowpb"
 	"github.com/reverie-rl/reverie/internal/chunkstore"
-	"go.uber.org/goleak"
+	"github.com/reverie-rl/reverie/internal/leakcheck"
 	"google.golang.org/protobuf/proto"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.Main(m) }
 
 func openT(t testing.TB, dir string) *Store {
 	t.Helper()

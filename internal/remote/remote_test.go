@@ -16,13 +16,14 @@ import (
 	"github.com/reverie-rl/reverie/api/reverbpb"
 	"github.com/reverie-rl/reverie/api/tensorflowpb"
 	"github.com/reverie-rl/reverie/internal/checkpoint"
+	"github.com/reverie-rl/reverie/internal/leakcheck"
 	"go.uber.org/goleak"
 )
 
 // The S3 driver's HTTP client keeps idle connections, whose goroutines
 // outlive Bucket.Close.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
+	leakcheck.Main(m,
 		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
 		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
 	)

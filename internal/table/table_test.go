@@ -11,12 +11,12 @@ import (
 	"github.com/reverie-rl/reverie/api/reverbpb"
 	"github.com/reverie-rl/reverie/api/tensorflowpb"
 	"github.com/reverie-rl/reverie/internal/chunkstore"
+	"github.com/reverie-rl/reverie/internal/leakcheck"
 	"github.com/reverie-rl/reverie/internal/ratelimit"
 	"github.com/reverie-rl/reverie/selector"
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.Main(m) }
 
 type fixture struct {
 	t      *testing.T

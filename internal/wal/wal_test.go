@@ -12,11 +12,11 @@ import (
 
 	"github.com/reverie-rl/reverie/api/reverbpb"
 	"github.com/reverie-rl/reverie/internal/chunkstore"
+	"github.com/reverie-rl/reverie/internal/leakcheck"
 	"github.com/reverie-rl/reverie/internal/table"
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.Main(m) }
 
 func newItem(store *chunkstore.Store, key uint64) *table.Item {
 	c := store.Insert(&reverbpb.ChunkData{ChunkKey: key, SequenceRange: &reverbpb.SequenceRange{EpisodeId: key}})
