@@ -206,7 +206,7 @@ func TestProtocolErrors(t *testing.T) {
 }
 
 func TestStreamLimit(t *testing.T) {
-	_, impl, addr := start(t, Options{MaxConcurrentStreams: 1})
+	srv, impl, addr := start(t, Options{MaxConcurrentStreams: 1})
 	c := dialRaw(t, addr)
 	c.headers(1, "/"+svcName+"/Block", false)
 	c.headers(3, "/"+svcName+"/Block", false)
@@ -222,7 +222,13 @@ func TestStreamLimit(t *testing.T) {
 	if err := <-impl.ctxErrs; err == nil {
 		t.Fatal("reset stream's handler saw no error")
 	}
-	time.Sleep(50 * time.Millisecond) // its handler's count drops as it returns
+	// Its handler's count drops as it returns, just after.
+	conn := connOf(t, srv)
+	for deadline := time.Now().Add(10 * time.Second); !conn.locked(func() bool { return conn.running.Load() == 0 && len(conn.streams) == 0 }); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the reset stream's handler is still counted")
+		}
+	}
 	c.headers(5, "/"+svcName+"/Echo", false)
 	c.fr.WriteData(5, true, []byte{0, 0, 0, 0, 0})
 	c.until("stream 5's response", func(f http2.Frame) bool {

@@ -132,8 +132,13 @@ func TestResetKeepsGatheredBytesUntilWritten(t *testing.T) {
 		// Flood has now queued messages of 32 KiB; the stream's window of
 		// 65535 bytes let all of the first through and cut the second.
 		// Nothing is written yet: the client reads nothing until after
-		// the reset.
-		time.Sleep(100 * time.Millisecond)
+		// the reset. SendMsg gathers what the window lets through before
+		// it returns, so once Flood has sent two messages the second is
+		// cut (a loaded machine can be slow to get there).
+		for deadline := time.Now().Add(10 * time.Second); impl.sent.Load() < 2 && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(10 * time.Millisecond)
 		fr.WriteRSTStream(1, http2.ErrCodeCancel)
 	}()
 	select {
