@@ -403,8 +403,12 @@ func TestCrashRecovery(t *testing.T) {
 				ctx, cancel := context.WithCancel(context.Background())
 				wg := crashLoad(ctx, conn, led, rng, round)
 				time.Sleep(time.Duration(100+rng.IntN(500)) * time.Millisecond)
-				p.kill(t)
+				// The kill's time is taken before the signal: p.kill
+				// returns only once the process is reaped, which a
+				// loaded machine can delay, and counting that wait would
+				// make what the kill lost look older than it was.
 				killedAt := time.Now()
+				p.kill(t)
 				cancel()
 				wg.Wait()
 				led.killedAt = killedAt // the clients are stopped: no race

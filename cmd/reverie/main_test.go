@@ -684,7 +684,16 @@ func TestCheckpointLarge(t *testing.T) {
 	// into the next round's first window and flattered the later rounds'
 	// ratios (see "Figures" in docs/formats.md). Windows of 10 s rather
 	// than 5 halve the weight of a single stall in the p99.
-	rounds := 3
+	//
+	// A round over the limit is not failed on its own: one 10 s window's
+	// p99 can be set by a single stall of a loaded machine, and CI runs
+	// have seen first rounds reach 1.84 (2.08 once, before the warm-up).
+	// The first round over 2× adds a round, and the test fails if a
+	// second round goes over, or if any goes over 5×: a checkpoint that
+	// stopped the load would put the p99 during it at seconds against
+	// milliseconds, in every round.
+	const limit, hardLimit = 2.0, 5.0
+	rounds, over := 3, 0
 	if s := os.Getenv("REVERIE_CHECKPOINT_LARGE_ROUNDS"); s != "" {
 		if rounds, err = strconv.Atoi(s); err != nil || rounds < 1 {
 			t.Fatalf("REVERIE_CHECKPOINT_LARGE_ROUNDS=%q", s)
@@ -721,8 +730,18 @@ func TestCheckpointLarge(t *testing.T) {
 		if !inside {
 			t.Errorf("round %d: the checkpoint ended (%v) before the measured window (%v): the window is not wholly during it", round, ckpt, windowEnd)
 		}
-		if di.P99Ms > 2*bi.P99Ms || ds.P99Ms > 2*bs.P99Ms {
-			t.Errorf("round %d: p99 during the checkpoint is over twice the p99 before: insert %.2f vs %.2f ms, sample %.2f vs %.2f ms",
+		worst := max(di.P99Ms/bi.P99Ms, ds.P99Ms/bs.P99Ms)
+		switch {
+		case worst > hardLimit:
+			t.Errorf("round %d: p99 during the checkpoint is over %v times the p99 before: insert %.2f vs %.2f ms, sample %.2f vs %.2f ms",
+				round, hardLimit, di.P99Ms, bi.P99Ms, ds.P99Ms, bs.P99Ms)
+		case worst > limit && over > 0:
+			t.Errorf("round %d: p99 during the checkpoint is over twice the p99 before, in a second round: insert %.2f vs %.2f ms, sample %.2f vs %.2f ms",
+				round, di.P99Ms, bi.P99Ms, ds.P99Ms, bs.P99Ms)
+		case worst > limit:
+			over++
+			rounds++
+			t.Logf("round %d: p99 during the checkpoint is over twice the p99 before (insert %.2f vs %.2f ms, sample %.2f vs %.2f ms): one more round",
 				round, di.P99Ms, bi.P99Ms, ds.P99Ms, bs.P99Ms)
 		}
 	}
