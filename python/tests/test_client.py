@@ -112,15 +112,17 @@ def test_mutate_priorities(client, reset):
   reset('prio')
   for i in range(3):
     client.insert(np.int64(i), {'prio': 1.0})
+  # 200 draws, so that each item is seen (an item of probability 1/3 is
+  # missed with odds (2/3)**200, below 1e-35).
   keys = {}
-  for s in _sample_all(client, 'prio', 40):
+  for s in _sample_all(client, 'prio', 200):
     keys[int(s.data[0][0])] = s.info.key
   assert len(keys) == 3
   client.mutate_priorities('prio', updates={keys[0]: 2.0},
                            deletes=[keys[2]], timeout=10)
   assert client.server_info(timeout=10)['prio'].current_size == 2
   probs = {}
-  for s in _sample_all(client, 'prio', 40):
+  for s in _sample_all(client, 'prio', 200):
     probs[int(s.data[0][0])] = (s.info.probability, s.info.priority)
   assert probs[0] == (pytest.approx(2 / 3), 2.0)
   assert probs[1] == (pytest.approx(1 / 3), 1.0)
