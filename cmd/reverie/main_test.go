@@ -495,6 +495,7 @@ func procStatus(t *testing.T, pid int, field string) int64 {
 // went: to the server, to everything else, or to the hypervisor (steal).
 type cpuTimes struct {
 	user, sys int64    // process pid
+	minflt    int64    // process pid's minor page faults
 	machine   [8]int64 // user nice system idle iowait irq softirq steal
 }
 
@@ -506,11 +507,13 @@ func readCPUTimes(t *testing.T, pid int) cpuTimes {
 		t.Fatal(err)
 	}
 	// Fields after the command's closing parenthesis: state is the 3rd
-	// field of the line, utime and stime the 14th and 15th.
+	// field of the line, minflt the 10th, utime and stime the 14th and
+	// 15th.
 	f := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
 	if len(f) < 13 {
 		t.Fatalf("/proc/%d/stat: %q", pid, data)
 	}
+	c.minflt, _ = strconv.ParseInt(f[7], 10, 64)
 	c.user, _ = strconv.ParseInt(f[11], 10, 64)
 	c.sys, _ = strconv.ParseInt(f[12], 10, 64)
 	data, err = os.ReadFile("/proc/stat")
@@ -528,7 +531,8 @@ func readCPUTimes(t *testing.T, pid int) cpuTimes {
 }
 
 // since describes the CPU spent from c0 to c: the server's user and
-// system seconds, and the machine's shares of steal, iowait and idle.
+// system seconds and minor page faults, and the machine's shares of
+// steal, iowait and idle.
 func (c cpuTimes) since(c0 cpuTimes) string {
 	const hz = 100 // USER_HZ
 	var total int64
@@ -538,8 +542,8 @@ func (c cpuTimes) since(c0 cpuTimes) string {
 		total += d[i]
 	}
 	pct := func(v int64) float64 { return 100 * float64(v) / float64(max(total, 1)) }
-	return fmt.Sprintf("server CPU %.2fs user %.2fs sys, machine idle %.0f%% iowait %.0f%% steal %.0f%%",
-		float64(c.user-c0.user)/hz, float64(c.sys-c0.sys)/hz, pct(d[3]), pct(d[4]), pct(d[7]))
+	return fmt.Sprintf("server CPU %.2fs user %.2fs sys, %d minor faults, machine idle %.0f%% iowait %.0f%% steal %.0f%%",
+		float64(c.user-c0.user)/hz, float64(c.sys-c0.sys)/hz, c.minflt-c0.minflt, pct(d[3]), pct(d[4]), pct(d[7]))
 }
 
 // peakRSS returns the peak RSS of process pid since the last call (or its
