@@ -369,8 +369,16 @@ func TestKeepaliveEnforcement(t *testing.T) {
 		p, ok := f.(*http2.PingFrame)
 		return ok && p.IsAck() && p.Data[0] == 2
 	})
+	// Four PINGs in one write, so that they reach the server together: a
+	// client stalled between writes (a loaded machine) could otherwise
+	// space them past KeepaliveMinTime.
+	var pings bytes.Buffer
+	fr := http2.NewFramer(&pings, nil)
 	for i := range 4 {
-		c.fr.WritePing(false, [8]byte{byte(10 + i)})
+		fr.WritePing(false, [8]byte{byte(10 + i)})
+	}
+	if _, err := c.nc.Write(pings.Bytes()); err != nil {
+		t.Fatal(err)
 	}
 	c.goAway(http2.ErrCodeEnhanceYourCalm)
 }
