@@ -687,8 +687,18 @@ func TestCheckpointLarge(t *testing.T) {
 	// the table's own growth above, that is the server warming up; the
 	// rounds measure a server that has checkpointed under load before.
 	// docs/formats.md has the figures.
-	{
-		cpu0 := readCPUTimes(t, pid)
+	mixed := append([]string{"--mode", "mixed", "--duration", "10s"}, common...)
+	type loadedCheckpoint struct {
+		ins, smp   *benchFigures
+		cpu0, cpu1 cpuTimes      // the server's, at the load's start and end
+		rss        int64         // the server's, at the load's end
+		windowEnd  time.Duration // from the checkpoint's start to the load's end
+		ckpt       time.Duration // the checkpoint's
+	}
+	// checkpointUnderLoad starts a checkpoint and, half a second into it,
+	// runs the mixed load for 10 s; it returns once both have ended.
+	checkpointUnderLoad := func() loadedCheckpoint {
+		var w loadedCheckpoint
 		done := make(chan time.Duration, 1)
 		t0 := time.Now()
 		go func() {
@@ -696,11 +706,17 @@ func TestCheckpointLarge(t *testing.T) {
 			done <- time.Since(t0)
 		}()
 		time.Sleep(500 * time.Millisecond)
-		wi, ws := runBenchJSON(t, p, append([]string{"--mode", "mixed", "--duration", "10s"}, common...)...)
-		ckpt := <-done
-		t.Logf("warm-up checkpoint under load (not judged): %v; the load during it: insert %s; sample %s; %s; server RSS %d MiB",
-			ckpt.Round(time.Millisecond), wi, ws, readCPUTimes(t, pid).since(cpu0), procStatus(t, pid, "VmRSS")>>20)
+		w.cpu0 = readCPUTimes(t, pid)
+		w.ins, w.smp = runBenchJSON(t, p, mixed...)
+		w.windowEnd = time.Since(t0)
+		w.cpu1 = readCPUTimes(t, pid)
+		w.rss = procStatus(t, pid, "VmRSS")
+		w.ckpt = <-done
+		return w
 	}
+	warm := checkpointUnderLoad()
+	t.Logf("warm-up checkpoint under load (not judged): %v; the load during it: insert %s; sample %s; %s; server RSS %d MiB",
+		warm.ckpt.Round(time.Millisecond), warm.ins, warm.smp, warm.cpu1.since(warm.cpu0), warm.rss>>20)
 
 	// The latency acceptance: a mixed load measured for 10 s with no
 	// checkpoint, then for 10 s starting half a second into a checkpoint
@@ -732,24 +748,13 @@ func TestCheckpointLarge(t *testing.T) {
 	for round := 1; round <= rounds; round++ {
 		time.Sleep(3 * time.Second)
 		rss0, cpu0 := procStatus(t, pid, "VmRSS"), readCPUTimes(t, pid)
-		bi, bs := runBenchJSON(t, p, append([]string{"--mode", "mixed", "--duration", "10s"}, common...)...)
+		bi, bs := runBenchJSON(t, p, mixed...)
 		rss1, cpu1 := procStatus(t, pid, "VmRSS"), readCPUTimes(t, pid)
-		done := make(chan time.Duration, 1)
-		t0 := time.Now()
-		go func() {
-			checkpointRPC(t, conn)
-			done <- time.Since(t0)
-		}()
-		time.Sleep(500 * time.Millisecond)
-		cpu2 := readCPUTimes(t, pid)
-		di, ds := runBenchJSON(t, p, append([]string{"--mode", "mixed", "--duration", "10s"}, common...)...)
-		windowEnd := time.Since(t0)
-		cpu3 := readCPUTimes(t, pid)
-		rss2 := procStatus(t, pid, "VmRSS")
-		ckpt := <-done
+		w := checkpointUnderLoad()
+		di, ds, windowEnd, ckpt, rss2 := w.ins, w.smp, w.windowEnd, w.ckpt, w.rss
 		inside := ckpt >= windowEnd
 		t.Logf("round %d: before:  %s", round, cpu1.since(cpu0))
-		t.Logf("round %d: during:  %s", round, cpu3.since(cpu2))
+		t.Logf("round %d: during:  %s", round, w.cpu1.since(w.cpu0))
 		t.Logf("round %d: before:  insert %s", round, bi)
 		t.Logf("round %d:          sample %s", round, bs)
 		t.Logf("round %d: during:  insert %s", round, di)
