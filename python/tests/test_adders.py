@@ -1,6 +1,8 @@
 """Acme-style adders: the items they write, checked against values worked
 out by hand (in the comments) after a round trip through the server."""
 
+import enum
+
 import numpy as np
 import pytest
 
@@ -137,14 +139,17 @@ T, F = True, False
         ([2, 3, 4], [12, 13, 14], [3, 4, 5], [1, 1, 0], [F, F, F]),
         ([4, 5, 0], [14, 0, 0], [5, 0, 0], [0, 0, 0], [F, F, F]),
     ]),
+    # Acme's TRUNCATE: the steps the next window would have held.
     ('truncate', [
         ([0, 1, 2], [10, 11, 12], [1, 2, 3], [1, 1, 1], [T, F, F]),
         ([2, 3, 4], [12, 13, 14], [3, 4, 5], [1, 1, 0], [F, F, F]),
+        ([4, 5], [14, 0], [5, 0], [0, 0], [F, F]),
     ]),
+    # Acme's WRITE: the last sequence_length steps.
     ('write', [
         ([0, 1, 2], [10, 11, 12], [1, 2, 3], [1, 1, 1], [T, F, F]),
         ([2, 3, 4], [12, 13, 14], [3, 4, 5], [1, 1, 0], [F, F, F]),
-        ([4, 5], [14, 0], [5, 0], [0, 0], [F, F]),
+        ([3, 4, 5], [13, 14, 0], [4, 5, 0], [1, 0, 0], [F, F, F]),
     ]),
 ])
 def test_sequences(client, reset, behavior, want):
@@ -156,6 +161,30 @@ def test_sequences(client, reset, behavior, want):
   _check_steps(_read(client, 'adder', len(want), _step_template()), want)
   assert client.server_info(timeout=10)['adder'].current_size == 0
   adder.close()
+
+
+class _AcmeEndBehavior(enum.Enum):
+  """Acme's EndBehavior, by name and value (Acme is not installed here)."""
+  WRITE = 'write_buffer'
+  ZERO_PAD = 'zero_pad_til_next_write'
+  TRUNCATE = 'write_truncated_buffer'
+
+
+@pytest.mark.parametrize('behavior,want', [
+    ('zero_pad', [([0, 1, 0], [10, 0, 0], [7, 0, 0], [0, 0, 0], [T, F, F])]),
+    ('truncate', [([0, 1], [10, 0], [7, 0], [0, 0], [T, F])]),
+    ('write', []),  # shorter than sequence_length: dropped
+    (_AcmeEndBehavior.TRUNCATE, [([0, 1], [10, 0], [7, 0], [0, 0], [T, F])]),
+])
+def test_sequences_of_a_short_episode(client, reset, behavior, want):
+  reset('adder')
+  adder = adders.SequenceAdder(
+      client, sequence_length=3, period=2, priority_fns={'adder': None},
+      end_of_episode_behavior=behavior)
+  _episode(adder, [7], [0])  # 2 steps
+  adder.close()
+  assert client.server_info(timeout=10)['adder'].current_size == len(want)
+  _check_steps(_read(client, 'adder', len(want), _step_template()), want)
 
 
 def test_sequences_without_overlap_and_two_episodes(client, reset):

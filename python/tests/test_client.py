@@ -265,6 +265,8 @@ def test_closed_client(address):
     c.server_info(timeout=1)
   with pytest.raises(reverie.ClosedError):
     c.trajectory_writer(1)
+  with pytest.raises(reverie.ClosedError):
+    next(c.sample('queue'))
 
 
 def test_client_pickles(address):

@@ -149,6 +149,17 @@ def test_unequal_shapes_cannot_be_batched(client, reset, make_dataset):
     list(make_dataset(client, 'scratch', 3, rate_limiter_timeout_ms=1000))
 
 
+def test_unequal_dtypes_cannot_be_batched(client, reset, make_dataset):
+  # A table without a signature can hold items whose columns differ in
+  # dtype; a batch must not cast one to the other's (numpy would, silently).
+  reset('scratch')
+  for i in range(24):
+    x = np.int32(i) if i % 2 else np.float64(i + 0.5)
+    client.insert(x, {'scratch': 1.0}, timeout=10)
+  with pytest.raises(reverie.InvalidArgumentError, match='dtypes'):
+    list(make_dataset(client, 'scratch', 3, rate_limiter_timeout_ms=1000))
+
+
 def _wait_dead(threads, seconds=10):
   deadline = time.monotonic() + seconds
   while any(t.is_alive() for t in threads):

@@ -325,6 +325,38 @@ def test_closed_writer(client):
     w.flush()
 
 
+def test_writer_of_a_closed_client(address):
+  # The writer has no stream yet when its client is closed: its sender
+  # cannot start one, and flush must say so instead of waiting for it.
+  c = reverie.Client(address)
+  w = c.trajectory_writer(1, validate_items=False)
+  c.close()
+  w.append({'x': np.int32(1)})
+  w.create_item('queue', 1.0, w.history['x'][-1])
+  start = time.monotonic()
+  with pytest.raises(reverie.ClosedError):
+    w.flush(timeout_ms=5000)
+  assert time.monotonic() - start < 4
+  with pytest.raises(reverie.ClosedError):
+    w.append({'x': np.int32(2)})
+  w.close()
+
+
+def test_block_that_raises_still_flushes(client, reset):
+  # As dm-reverb's: a with-block that raises (here, as if the environment
+  # failed) still flushes the items it created, and its own exception is
+  # the one that propagates.
+  reset('queue')
+  with pytest.raises(RuntimeError, match='environment'):
+    with client.trajectory_writer(1) as w:
+      for i in range(5):
+        w.append({'x': np.int32(i)})
+        w.create_item('queue', 1.0, w.history['x'][-1])
+      raise RuntimeError('environment failed')
+  assert client.server_info(timeout=10)['queue'].current_size == 5
+  assert [int(d[0]) for d in _sample(client, 'queue', 5)] == list(range(5))
+
+
 @pytest.mark.reverie_only
 def test_reconnect_resends_unconfirmed_items(own_reverie):
   port = free_port()

@@ -356,9 +356,15 @@ class SequenceAdder(Adder):
   * 'zero_pad' (``pad_end_of_episode=True``, the default): the episode is
     padded with all-zero steps up to the end of the next sequence, which is
     written (so every item has sequence_length steps);
-  * 'truncate' (``pad_end_of_episode=False``): nothing more is written;
-  * 'write': the next sequence is written with the steps there are
-    (shorter than sequence_length).
+  * 'truncate' (``pad_end_of_episode=False``): the next sequence is written
+    with the steps there are (shorter than sequence_length);
+  * 'write': the last sequence_length steps of the episode are written (so
+    they overlap the sequence before by more than usual); an episode
+    shorter than sequence_length is dropped.
+
+  These are Acme's ``EndBehavior.ZERO_PAD``, ``TRUNCATE`` and ``WRITE``
+  (its enum may be passed as it is). With sequence_length 3, period 2 and
+  steps 0..5, the last items are [4, 5, zeros], [4, 5] and [3, 4, 5].
 
   Sequences never span episodes.
   """
@@ -438,9 +444,13 @@ class SequenceAdder(Adder):
       return  # the last step ends a written sequence
     delta = length - n if n < length else (period - (n - length) % period)
     if self._end_behavior == 'truncate':
+      # The steps since the last sequence's window would have moved on.
+      self._create_item(self._window(length - delta))
       return
     if self._end_behavior == 'write':
-      self._create_item(self._window(length - delta))
+      # The last sequence_length steps; a shorter episode is dropped.
+      if n >= length:
+        self._create_item(self._window(length))
       return
     h = self._writer.history
     zero = {'observation': _zeros_like(_numpy_last(h['observation'])),

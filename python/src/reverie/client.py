@@ -368,7 +368,11 @@ class Client:
              timeout: Optional[float] = None):
     """A generator of ``num_samples`` samples of ``table``, as dm-reverb's.
 
-    Samples are requested one at a time, as they are consumed.
+    Samples are requested one per request, with two requests outstanding
+    and two decoded samples queued, so up to five samples can be taken
+    from the table ahead of the consumer (dm-reverb's takes one or two;
+    never more than ``num_samples`` in all). Closing the generator early
+    drops them: on a Queue table they are gone from the table.
 
     Args:
       table: the table.
@@ -386,6 +390,7 @@ class Client:
     Yields:
       Lists of ReplaySample (emit_timesteps) or ReplaySamples.
     """
+    self._check_open()
     structure = None
     if unpack_as_table_signature:
       structure = self._get_signature(table, timeout=timeout)

@@ -208,6 +208,11 @@ class _Batch:
             f'cannot batch column {c}: the samples have shapes '
             f'{sorted({col.shape, self.shapes[c]})}; only items whose '
             'columns have equal shapes can be batched')
+      if col.dtype != self.arrays[c].dtype:
+        raise errors.InvalidArgumentError(
+            f'cannot batch column {c}: the samples have dtypes '
+            f'{col.dtype} and {self.arrays[c].dtype} (item {info.item.key}); '
+            'only items whose columns have equal dtypes can be batched')
       self.arrays[c][i:i + 1] = col[np.newaxis]
     self._info(info.item, info)
 

@@ -394,9 +394,20 @@ class TrajectoryWriter:
     return self
 
   def __exit__(self, exc_type, exc_value, tb):
+    # As dm-reverb's writer: the items created in the block are flushed
+    # even when it raised, unless what it raised came from reverie itself
+    # (the writer or its server failed, so a flush would fail too). A
+    # flush that fails while another exception propagates is logged, so
+    # that the block's own exception is the one the caller sees.
     try:
       if exc_type is None:
         self.flush()
+      elif not issubclass(exc_type, errors.ReverieError):
+        try:
+          self.flush()
+        except Exception as e:  # pylint: disable=broad-except
+          log.warning('reverie trajectory writer: could not flush the items '
+                      'of a block that raised %s: %s', exc_type.__name__, e)
     finally:
       self.close()
 
@@ -907,6 +918,28 @@ class TrajectoryWriter:
   # --- the background stream -------------------------------------------
 
   def _run(self):
+    try:
+      self._run_streams()
+    except BaseException as e:  # pylint: disable=broad-except
+      # Anything else that ends the thread (gRPC refuses to start a call on
+      # a closed channel with ValueError) must reach the caller: without a
+      # sticky error, flush and create_item would wait for a thread that
+      # is gone.
+      if self._client.closed:
+        err = errors.ClosedError('trajectory writer: the client was closed')
+      elif isinstance(e, errors.ReverieError):
+        err = e
+      else:
+        err = errors.ReverieError(f'trajectory writer: the sender failed: {e!r}')
+      if err is not e:
+        err.__cause__ = e
+      with self._send:
+        if self._error is None:
+          self._error = err
+        self._send.notify_all()
+        self._work.notify_all()
+
+  def _run_streams(self):
     backoff = _MIN_BACKOFF_S
     while True:
       with self._send:
