@@ -1,6 +1,12 @@
 package server
 
-import "github.com/reverie-rl/reverie/internal/chunkstore"
+import (
+	"context"
+
+	"github.com/reverie-rl/reverie/api/reverbpb"
+	"github.com/reverie-rl/reverie/internal/chunkstore"
+	"google.golang.org/protobuf/proto"
+)
 
 // SetCheckpointHook makes s call f at each stage of writing a checkpoint:
 // "snapshot" (every table's snapshot begun, nothing copied), "captured"
@@ -58,3 +64,22 @@ func init() {
 
 // ChunkFreeStats reports the reuse of s's chunk buffers.
 func ChunkFreeStats(s *Server) chunkstore.FreeStats { return s.chunks.FreeStats() }
+
+// MaxSampleBatch bounds the samples a request takes from a table at once.
+const MaxSampleBatch = maxSampleBatch
+
+// ServeSampleRequest serves req on s as a SampleStream would, handing each
+// response to send, decoded, in place of the stream: send runs before the
+// server takes its next batch.
+func ServeSampleRequest(ctx context.Context, s *Server, req *reverbpb.SampleStreamRequest, send func(*reverbpb.SampleStreamResponse) error) error {
+	var rb responseBuilder
+	return s.serveSampleRequest(ctx, req, &rb, func(m *rawMessage) error {
+		b := m.data.Materialize()
+		m.data.Free()
+		resp := new(reverbpb.SampleStreamResponse)
+		if err := proto.Unmarshal(b, resp); err != nil {
+			return err
+		}
+		return send(resp)
+	})
+}

@@ -99,7 +99,7 @@ func (s *Server) serveSampleRequest(ctx context.Context, req *reverbpb.SampleStr
 			return err
 		}
 		remaining -= int64(len(samples))
-		batch = min(2*int64(len(samples)), remaining)
+		batch = min(2*int64(len(samples)), remaining, maxSampleBatch)
 	}
 	return nil
 }
@@ -133,9 +133,15 @@ type responseBuilder struct {
 }
 
 // maxKeptSamples bounds the samples buffer a stream keeps between
-// batches. Batches double up to a request's num_samples; a stream that
-// asked for a huge one lets its buffer go rather than hold it while idle.
+// batches (a test may lower maxSampleBatch below it).
 const maxKeptSamples = 4096
+
+// maxSampleBatch bounds the samples a request takes from its table at
+// once. Batches double from firstSampleBatch up to this: each batch is
+// taken in one hold of the table's lock and held (pinned) until it is
+// sent, so a request for billions of samples must not grow them without
+// end. Reverb cuts its batches at 1 MiB of chunk bytes instead.
+const maxSampleBatch = maxKeptSamples
 
 // keepSamples keeps the memory of samples, which were sent and unpinned,
 // for the stream's next batch, cleared so that it holds on to no chunk.
@@ -157,10 +163,13 @@ type segment struct {
 // sendSamples frames samples into responses: each sample's first entry
 // carries its info, its chunks follow in order, and the entry holding its
 // last chunk has end_of_sequence. A response is sent once its chunks pass
-// maxResponseChunkBytes; a chunk is never split. A chunk whose data cannot
-// be read ends the request with an error naming it, after the responses
-// already sent (which hold no part of that sample).
+// maxResponseChunkBytes; a chunk is never split. A sample with a chunk
+// whose data cannot be read is left out: the others are sent, and then
+// the error naming that chunk ends the request.
 func (b *responseBuilder) sendSamples(tableName string, samples []table.Sampled, send func(*rawMessage) error) error {
+	// firstErr is the error of the first sample whose chunks could not be
+	// read.
+	var firstErr error
 	defer func() { // drop the references to chunks and their bytes
 		clear(b.encs[:cap(b.encs)])
 		clear(b.owners[:cap(b.owners)])
@@ -174,14 +183,24 @@ func (b *responseBuilder) sendSamples(tableName string, samples []table.Sampled,
 		}
 		sm := &samples[i]
 		b.encs, b.owners = b.encs[:0], b.owners[:0]
+		var readErr error
 		for _, c := range sm.Item.Chunks {
 			enc, err := c.Encoded()
 			if err != nil {
-				b.reset()
-				return fmt.Errorf("sampling item %d of table %q: %w", sm.Item.Key, tableName, err)
+				readErr = fmt.Errorf("sampling item %d of table %q: %w", sm.Item.Key, tableName, err)
+				break
 			}
 			b.encs = append(b.encs, enc)
 			b.owners = append(b.owners, c)
+		}
+		if readErr != nil {
+			// The sample was taken (its times_sampled counted, perhaps
+			// its item deleted): send the batch's others rather than
+			// lose them too, and end the request after them.
+			if firstErr == nil {
+				firstErr = readErr
+			}
+			continue
 		}
 		info := appendSampleInfo(b.info[:0], tableName, sm)
 		b.info = info
@@ -203,7 +222,10 @@ func (b *responseBuilder) sendSamples(tableName string, samples []table.Sampled,
 			}
 		}
 	}
-	return b.flush(send)
+	if err := b.flush(send); err != nil {
+		return err
+	}
+	return firstErr
 }
 
 // prefetchAhead is how many samples ahead of the one being framed

@@ -119,6 +119,43 @@ func TestHybridFailedRead(t *testing.T) {
 	}
 }
 
+// TestHybridFailedReadSendsTheRest: a batch of samples of which some
+// cannot be read (their chunks are on a broken disk) still delivers the
+// others, then ends with INTERNAL: a queue, whose samples leave the table
+// when taken, loses only the unreadable ones.
+func TestHybridFailedReadSendsTheRest(t *testing.T) {
+	const n, rows = 20, 2500 // 10 kB chunks; about two stay in memory
+	cfg := testConfig(server.QueueTable("q", n))
+	cfg.Storage = server.StorageConfig{Mode: server.StorageHybrid, MemoryLimitBytes: 25 << 10, Dir: filepath.Join(t.TempDir(), "spill")}
+	s := servertest.Start(t, cfg)
+	insertBig(t, s.Client, "q", n, rows)
+	if err := server.CloseSpill(s.Server); err != nil {
+		t.Fatal(err)
+	}
+	// One request, one batch: all n are taken at once, oldest first.
+	entries, err := sampleN(ctxT(t), s.Client, "q", n, 1000)
+	wantCode(t, err, codes.Internal, "cannot read chunk data: chunk ")
+	delivered := 0
+	for _, e := range entries {
+		for _, d := range e.GetData() {
+			if !proto.Equal(d, bigChunk(d.GetChunkKey(), rows)) {
+				t.Fatalf("chunk %d came back different", d.GetChunkKey())
+			}
+		}
+		if e.GetEndOfSequence() {
+			delivered++
+		}
+	}
+	st := s.StorageStats()
+	if stats, _ := s.TableStats("q"); stats.Deletes != n {
+		t.Fatalf("the queue let %d items go, want all %d", stats.Deletes, n)
+	}
+	if delivered == 0 || int64(delivered)+st.ReadErrors != n {
+		t.Fatalf("delivered %d samples and failed %d reads, want every readable one of %d delivered (%+v)",
+			delivered, st.ReadErrors, n, st)
+	}
+}
+
 // TestHybridCheckpointRoundTrip checkpoints a hybrid server whose data is
 // mostly on disk and restores it into another hybrid server.
 func TestHybridCheckpointRoundTrip(t *testing.T) {

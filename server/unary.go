@@ -86,11 +86,22 @@ func (s *Server) Reset(ctx context.Context, req *reverbpb.ResetRequest) (*reverb
 // same-process client a raw table pointer; reverie always answers address
 // 0, which makes the client fall back to SampleStream.
 func (s *Server) InitializeConnection(stream reverbpb.ReverbService_InitializeConnectionServer) error {
-	if _, err := stream.Recv(); err != nil {
-		if errors.Is(err, io.EOF) {
+	ctx := stream.Context()
+	var r recvResult[reverbpb.InitializeConnectionRequest]
+	select {
+	case r = <-recvLoop(ctx, stream.Recv):
+	case <-ctx.Done():
+		return toStatus(ctx.Err()) // see recvLoop
+	case <-s.closing:
+		// A client that opened the call and sent nothing must not hold
+		// up a drain.
+		return toStatus(errShuttingDown)
+	}
+	if r.err != nil {
+		if errors.Is(r.err, io.EOF) {
 			return nil
 		}
-		return err
+		return r.err
 	}
 	return stream.Send(&reverbpb.InitializeConnectionResponse{Address: 0})
 }
