@@ -408,7 +408,9 @@ func (c *confirmer) run() {
 		if len(keys) > 0 && !failed && c.durable != nil && lsn > 0 {
 			if err := c.durable(lsn); err != nil {
 				c.mu.Lock()
-				c.err = fmt.Errorf("write-ahead log: %w", err)
+				// A status: close's error is the stream's at a
+				// half-close (INTERNAL, or UNAVAILABLE if the log closed).
+				c.err = toStatus(fmt.Errorf("write-ahead log: %w", err))
 				c.mu.Unlock()
 				failed = true
 			}
