@@ -276,6 +276,15 @@ func (c *Config) Validate() error {
 		if err := t.RateLimiter.Validate(); err != nil {
 			return fmt.Errorf("%w: %s.rate_limiter: %v", ErrInvalidConfig, field, err)
 		}
+		// The config files check signatures as they parse them; a Go
+		// program embedding the server builds them itself. ServerInfo
+		// sends a signature as it is, and an empty one breaks Reverb's
+		// clients for every table.
+		if t.Signature != nil {
+			if sf, reason := checkSignature(t.Signature); reason != "" {
+				return fmt.Errorf("%w: %s: %s", ErrInvalidConfig, cfgJoinPath(field+".signature", sf), reason)
+			}
+		}
 	}
 	if c.WAL.Enabled() {
 		if _, err := wal.ParseSync(c.WAL.Fsync); err != nil {

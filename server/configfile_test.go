@@ -822,3 +822,32 @@ func TestExampleConfigs(t *testing.T) {
 	)
 	checkConfig(t, cfg, want)
 }
+
+// TestValidateSignatureOfEmbeddedConfig: a signature built in Go is
+// checked as one read from a config file is; an empty one would be sent
+// by ServerInfo and break Reverb's clients for every table.
+func TestValidateSignatureOfEmbeddedConfig(t *testing.T) {
+	tc := TableConfig{Name: "t", Sampler: selector.Spec{Kind: selector.KindUniform}, Remover: selector.Spec{Kind: selector.KindFIFO}, MaxSize: 10, RateLimiter: MinSize(1)}
+	for _, tt := range []struct {
+		sig  *tensorflowpb.StructuredValue
+		want string
+	}{
+		{&tensorflowpb.StructuredValue{}, `tables[0] ("t").signature: present but empty`},
+		{&tensorflowpb.StructuredValue{Kind: &tensorflowpb.StructuredValue_ListValue{ListValue: &tensorflowpb.ListValue{
+			Values: []*tensorflowpb.StructuredValue{{Kind: &tensorflowpb.StructuredValue_Float64Value{Float64Value: 1}}},
+		}}}, `tables[0] ("t").signature.list_value.values[0]`},
+	} {
+		tc.Signature = tt.sig
+		cfg := Config{Tables: []TableConfig{tc}}
+		err := cfg.Validate()
+		if err == nil || !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("Validate with signature %v = %v, want an ErrInvalidConfig naming %q", tt.sig, err, tt.want)
+		}
+	}
+	tc.Signature = &tensorflowpb.StructuredValue{Kind: &tensorflowpb.StructuredValue_TensorSpecValue{TensorSpecValue: &tensorflowpb.TensorSpecProto{
+		Dtype: tensorflowpb.DataType_DT_FLOAT, Shape: &tensorflowpb.TensorShapeProto{},
+	}}}
+	if err := (&Config{Tables: []TableConfig{tc}}).Validate(); err != nil {
+		t.Errorf("Validate with a float32 scalar signature: %v", err)
+	}
+}

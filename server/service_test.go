@@ -232,7 +232,7 @@ func TestBadInput(t *testing.T) {
 	_, err := s.Client.MutatePriorities(ctx, &reverbpb.MutatePrioritiesRequest{Table: "nope"})
 	wantCode(t, err, codes.NotFound, "table")
 	_, err = s.Client.MutatePriorities(ctx, &reverbpb.MutatePrioritiesRequest{Table: "prio", Updates: []*reverbpb.KeyWithPriority{{Key: 1, Priority: -2}}})
-	wantCode(t, err, codes.InvalidArgument, "updates[0]")
+	wantCode(t, err, codes.InvalidArgument, "updates[0].priority")
 	_, err = s.Client.Reset(ctx, &reverbpb.ResetRequest{Table: "nope"})
 	wantCode(t, err, codes.NotFound, "table")
 

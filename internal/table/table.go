@@ -588,7 +588,7 @@ func (t *Table) MutatePriorities(updates []KeyPriority, deletes []uint64) error 
 	}
 	for i, u := range updates {
 		if err := t.checkPriorityLocked(u.Priority); err != nil {
-			return fmt.Errorf("updates[%d] (key %d): %w", i, u.Key, err)
+			return fmt.Errorf("updates[%d].priority (key %d): %w", i, u.Key, err)
 		}
 	}
 	for _, k := range deletes {
