@@ -117,6 +117,62 @@ func (s *segment) close() error {
 	return err
 }
 
+// allZero reports whether every byte of b is zero.
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// truncateDurable cuts the file at path to size and fsyncs it, so that a
+// second crash cannot bring the cut bytes back in a segment that is no
+// longer the last (where a torn record is corruption).
+func truncateDurable(path string, size int64) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	err = f.Truncate(size)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// mkdirDurable creates dir and any missing parents, and fsyncs the parent
+// of dir and of each directory it created, so that a crash cannot lose the
+// directory entries (and with them every segment in dir).
+func mkdirDurable(dir string) error {
+	dir = filepath.Clean(dir)
+	parents := []string{filepath.Dir(dir)}
+	for d := dir; ; {
+		p := filepath.Dir(d)
+		if p == d {
+			break
+		}
+		if _, err := os.Stat(p); err == nil {
+			break
+		}
+		parents = append(parents, filepath.Dir(p))
+		d = p
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("wal: %w", err)
+	}
+	for _, p := range parents {
+		if err := syncDir(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func syncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
@@ -409,7 +465,7 @@ func Replay(dir string, after uint64, fn func(*Record) error) (ReplayReport, err
 			if err != nil {
 				return rep, fmt.Errorf("wal: %w", err)
 			}
-			if err := os.Truncate(sf.path, fi.Size()-torn); err != nil {
+			if err := truncateDurable(sf.path, fi.Size()-torn); err != nil {
 				return rep, fmt.Errorf("wal: truncate torn record off %s: %w", sf.path, err)
 			}
 			rep.TornBytes, rep.TornFile = torn, sf.path
@@ -467,6 +523,13 @@ func readSegment(sf segmentFile, last bool) ([]Record, int64, error) {
 	off := segmentHeaderSize
 	for off < len(data) {
 		rest := len(data) - off
+		if last && allZero(data[off:]) {
+			// A crash can leave a file longer than the data that
+			// reached the disk, the rest reading as zeros. No record
+			// is all zeros (its LSN is at least 1), and records past
+			// the last fsync were not acknowledged: a torn tail.
+			return recs, int64(rest), nil
+		}
 		if rest < frameHeaderSize {
 			if last {
 				return recs, int64(rest), nil

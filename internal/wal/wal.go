@@ -241,8 +241,8 @@ func (l *Log) Dir() string { return l.opts.Dir }
 // server holds the effect of (from its checkpoint and Replay), and starts
 // keeping appends.
 func (l *Log) Start(last uint64) error {
-	if err := os.MkdirAll(l.opts.Dir, 0o755); err != nil {
-		return fmt.Errorf("wal: %w", err)
+	if err := mkdirDurable(l.opts.Dir); err != nil {
+		return err
 	}
 	seg, err := createSegment(l.opts.Dir, last+1)
 	if err != nil {
@@ -476,6 +476,13 @@ func (l *Log) run() {
 				synced = true
 				l.lastSync = time.Now()
 			}
+		} else if err == nil && !failed && len(batch) > 0 && !l.seg.dirty {
+			// The batch ended at a Mark: its records went to the
+			// segment that the rotation closed, and closing fsynced it.
+			// Without this, a batch that ends exactly at a Mark would
+			// leave them written but never durable, holding back every
+			// confirmation that waits for them until more is logged.
+			synced = true
 		}
 
 		l.mu.Lock()

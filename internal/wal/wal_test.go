@@ -190,6 +190,46 @@ func TestMarkAndCut(t *testing.T) {
 	}
 }
 
+// TestBatchEndingAtMarkIsDurable: under SyncAlways, a batch whose last
+// record is the one a Mark returned goes to the segment the rotation after
+// it closes (and fsyncs), leaving a new, clean segment: WaitDurable must
+// not wait for a later record to sync that one.
+func TestBatchEndingAtMarkIsDurable(t *testing.T) {
+	l, err := New(Options{Dir: t.TempDir(), Sync: SyncAlways})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered, gate := make(chan struct{}), make(chan struct{})
+	first := true
+	l.testHookWrite = func() { // the writer's goroutine only
+		if first {
+			first = false
+			entered <- struct{}{}
+			<-gate
+		}
+	}
+	if err := l.Start(0); err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	store := chunkstore.New()
+	ext := l.Extension("t")
+	it := newItem(store, 1)
+	ext.OnInsert(it) // records 1 and 2: the writer takes them and waits
+	<-entered
+	ext.OnUpdate(it, 0) // record 3, queued
+	if mark := l.Mark(); mark != 3 {
+		t.Fatalf("mark %d, want 3", mark)
+	}
+	close(gate)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := l.WaitDurable(ctx, 3); err != nil {
+		t.Fatalf("record 3, the last before the mark: %v", err)
+	}
+	it.Chunks[0].Unref()
+}
+
 // TestTornTail cuts the last segment at every byte of its last records and
 // checks that Replay returns the whole records before the cut, truncates
 // the rest, and that the log can go on after it.
@@ -233,6 +273,61 @@ func TestTornTail(t *testing.T) {
 		if recs2, _ := replayAll(t, dir, 0); len(recs2) != len(recs)+5 {
 			t.Fatalf("cut at %d: %d records after going on, want %d", cut, len(recs2), len(recs)+5)
 		}
+	}
+}
+
+// TestZeroFilledTail: a crash can leave the last segment longer than what
+// reached the disk, the rest reading as zeros. Replay keeps the records
+// before them and cuts the zeros off as a torn tail; zeros in a segment
+// that is not the last are still corruption.
+func TestZeroFilledTail(t *testing.T) {
+	for _, zeros := range []int{1, frameHeaderSize, 16, 4096} {
+		dir := t.TempDir()
+		l := openLog(t, dir, SyncNever, 0)
+		closeEmpty(t, l, write(t, l, 1, 3))
+		segs, _ := listSegments(dir)
+		last := segs[len(segs)-1].path
+		before, _ := os.Stat(last)
+		f, err := os.OpenFile(last, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Write(make([]byte, zeros)); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		recs, rep := replayAll(t, dir, 0)
+		if len(recs) != 15 || rep.TornBytes != int64(zeros) {
+			t.Fatalf("%d zero bytes: %d records, %d torn bytes; want 15, %d", zeros, len(recs), rep.TornBytes, zeros)
+		}
+		if st, _ := os.Stat(last); st.Size() != before.Size() {
+			t.Fatalf("%d zero bytes: file is %d bytes after Replay, want %d", zeros, st.Size(), before.Size())
+		}
+	}
+	// Not the last segment: corruption.
+	dir := t.TempDir()
+	l := openLog(t, dir, SyncNever, 0)
+	closeEmpty(t, l, write(t, l, 1, 200))
+	segs, _ := listSegments(dir)
+	f, err := os.OpenFile(segs[0].path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write(make([]byte, 16))
+	f.Close()
+	if _, err := Replay(dir, 0, func(*Record) error { return nil }); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("zeros at the end of the first of %d segments: %v, want ErrCorrupt", len(segs), err)
+	}
+}
+
+// TestStartMakesMissingDirs: Start creates the log's directory and its
+// missing parents.
+func TestStartMakesMissingDirs(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "a", "b", "wal")
+	l := openLog(t, dir, SyncAlways, 0)
+	closeEmpty(t, l, write(t, l, 1, 1))
+	if recs, _ := replayAll(t, dir, 0); len(recs) != 5 {
+		t.Fatalf("%d records, want 5", len(recs))
 	}
 }
 
