@@ -11,6 +11,7 @@ import (
 	"github.com/reverie-rl/reverie/api/reverbpb"
 	"github.com/reverie-rl/reverie/api/tensorflowpb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/experimental"
@@ -207,8 +208,13 @@ func (c *Client) Insert(ctx context.Context, step []Tensor, priorities map[strin
 		return fromRPC(ctx, err)
 	}
 	if err := stream.Send(req); err != nil {
-		_, err = stream.Recv()
-		return fromRPC(ctx, err)
+		if _, rerr := stream.Recv(); rerr != nil {
+			return fromRPC(ctx, rerr)
+		}
+		// The request did not go out, yet the server answered: never
+		// report such an insert as done.
+		return &Error{Sentinel: ErrServer, Code: codes.Internal,
+			Msg: fmt.Sprintf("insert: the request was not sent (%v), and the server sent a confirmation anyway", err)}
 	}
 	// Read every confirmation before half-closing: Reverb 0.14.0 ends the
 	// stream as soon as it sees the half-close, dropping confirmations it

@@ -11,7 +11,10 @@ import (
 )
 
 // Errors returned by the client. Every error from a call wraps one of them
-// (test with errors.Is) together with the server's message.
+// (test with errors.Is) together with the server's message, except the
+// context's errors: the caller's ctx ending returns ctx.Err(), and a
+// DEADLINE_EXCEEDED from the server (or a proxy) that is not the rate
+// limiter's is an *Error wrapping context.DeadlineExceeded.
 var (
 	// ErrTableNotFound: the server has no table of that name.
 	ErrTableNotFound = errors.New("client: table not found")
@@ -86,7 +89,11 @@ func fromRPC(ctx context.Context, err error) error {
 		if strings.Contains(st.Message(), rateLimiterTimeoutText) {
 			sentinel = ErrRateLimiterTimeout
 		} else {
-			return context.DeadlineExceeded
+			// The caller's ctx has not ended (above), so a deadline
+			// of the server's or of a proxy on the way: it is still
+			// context.DeadlineExceeded to errors.Is, but keeps its
+			// code and message, so that it says who gave up.
+			sentinel = context.DeadlineExceeded
 		}
 	case codes.Unavailable, codes.Canceled:
 		sentinel = ErrUnavailable

@@ -13,6 +13,7 @@ import (
 
 	"github.com/reverie-rl/reverie/api/reverbpb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/mem"
 )
@@ -156,6 +157,11 @@ type Sampler struct {
 
 	nextMu sync.Mutex
 	buf    []Sample // what is left of the last batch Next took from out
+	// taking is read-held by each Next waiting on out, until it has put
+	// the rest of the batch it took in buf: a Next that finds out closed
+	// takes it for writing, so that it looks at buf only once every
+	// batch taken before the close is there.
+	taking sync.RWMutex
 
 	mu        sync.Mutex
 	requested int64         // samples requested from the server or delivered
@@ -245,10 +251,17 @@ func (s *Sampler) Next(ctx context.Context) (Sample, error) {
 	if smp, ok := s.takeBuffered(); ok {
 		return smp, nil
 	}
+	s.taking.RLock()
 	select {
 	case batch, ok := <-s.out:
 		if !ok {
-			// Another caller may have left samples of its last batch.
+			s.taking.RUnlock()
+			// Another caller may have taken the last batch and not yet
+			// left its rest in buf: wait for it (out is closed, so every
+			// caller holding taking is about to let go).
+			s.taking.Lock()
+			//lint:ignore SA2001 the empty section is a barrier
+			s.taking.Unlock()
 			if smp, ok := s.takeBuffered(); ok {
 				return smp, nil
 			}
@@ -263,8 +276,10 @@ func (s *Sampler) Next(ctx context.Context) (Sample, error) {
 			}
 			s.nextMu.Unlock()
 		}
+		s.taking.RUnlock()
 		return batch[0], nil
 	case <-ctx.Done():
+		s.taking.RUnlock()
 		return Sample{}, ctx.Err()
 	}
 }
@@ -570,7 +585,12 @@ func (s *Sampler) request(st reverbpb.ReverbService_SampleStreamClient, n int64)
 	req := &reverbpb.SampleStreamRequest{Table: s.table, NumSamples: n, RateLimiterTimeout: s.timeout}
 	if err := st.Send(req); err != nil {
 		if isEOF(err) { // the stream failed; Recv has the status
-			err = st.RecvMsg(&sampleResponse{})
+			if err = st.RecvMsg(&sampleResponse{}); err == nil {
+				// Every response to the requests before this one was
+				// read: the server sent samples no one asked for.
+				err = &Error{Sentinel: ErrServer, Code: codes.Internal,
+					Msg: "sampler: the server sent more samples than were requested, then ended the stream"}
+			}
 		}
 		return 0, s.streamErr(err)
 	}

@@ -526,6 +526,52 @@ func TestSamplerConcurrentConsumersQueue(t *testing.T) {
 	}
 }
 
+// TestSamplerNoSampleAfterEOF: with several callers of Next, once one
+// gets io.EOF none gets a sample: a caller that finds the samples run
+// out waits for one that took the last batch to leave the rest of it.
+func TestSamplerNoSampleAfterEOF(t *testing.T) {
+	const n = 64
+	srv := startServer(t, server.QueueTable("queue", 100*n))
+	c := dial(t, srv.Addr)
+	vals := make([]float32, 100*n)
+	insertScalars(t, srv.Client, "queue", vals...)
+	ctx := testCtx(t)
+	for round := range 100 {
+		// One request of n: the whole sampler is one batch.
+		s := newSampler(t, c, client.SamplerOptions{Table: "queue", NumWorkers: 1, MaxInFlightSamplesPerWorker: n, MaxSamples: n})
+		var eof atomic.Bool
+		var got atomic.Int64
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				for {
+					// A call that starts after another returned io.EOF
+					// must return io.EOF too.
+					after := eof.Load()
+					_, err := s.Next(ctx)
+					if errors.Is(err, io.EOF) {
+						eof.Store(true)
+						return
+					}
+					if err != nil {
+						t.Errorf("round %d: Next: %v", round, err)
+						return
+					}
+					got.Add(1)
+					if after {
+						t.Errorf("round %d: a sample from a call that began after another caller got io.EOF", round)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if got.Load() != n {
+			t.Fatalf("round %d: %d samples, want %d", round, got.Load(), n)
+		}
+		s.Close()
+	}
+}
+
 // --- errors and termination -------------------------------------------------
 
 func TestSamplerRateLimiterTimeout(t *testing.T) {
