@@ -15,8 +15,11 @@ from reverie import _keys
 from reverie import _tree
 from reverie import _wire
 from reverie import encoding
+from reverie import sampler
+from reverie import specs
 from reverie._proto.deepmind.reverb import reverb_service_pb2
 from reverie._proto.deepmind.reverb import schema_pb2
+from reverie._proto.tensorflow import struct_pb2
 from reverie._proto.tensorflow import tensor_pb2
 
 
@@ -240,6 +243,59 @@ def test_malformed_content():
   neg.tensor_shape.dim.add(size=-1)
   with pytest.raises(reverie.MalformedSampleError):
     encoding.decode_tensor(neg)
+
+
+def test_hostile_shapes_fail_before_allocating():
+  # Shapes far larger than the content could hold are refused before an
+  # array of that size is allocated (and a product that wraps around in
+  # 64 bits is not taken for a small one).
+  huge = tensor_pb2.TensorProto(dtype=encoding.DT_FLOAT, tensor_content=b'\x00')
+  huge.tensor_shape.dim.add(size=1 << 62)
+  huge.tensor_shape.dim.add(size=4)
+  with pytest.raises(reverie.MalformedSampleError, match='cannot expand'):
+    encoding.decode_tensor(huge)
+  wrap = tensor_pb2.TensorProto(dtype=encoding.DT_STRING, tensor_content=b'\x00')
+  wrap.tensor_shape.dim.add(size=1 << 32)
+  wrap.tensor_shape.dim.add(size=1 << 32)
+  with pytest.raises(reverie.MalformedSampleError, match='cannot hold'):
+    encoding.decode_tensor(wrap)
+  many = tensor_pb2.TensorProto(dtype=encoding.DT_STRING, tensor_content=b'\x00')
+  many.tensor_shape.dim.add(size=1 << 40)
+  with pytest.raises(reverie.MalformedSampleError, match='cannot hold'):
+    encoding.decode_tensor(many)
+
+
+def test_bounded_spec_bounds_as_tensorflow_writes_them():
+  # tf.make_tensor_proto puts the raw values in tensor_content (not Snappy,
+  # as in chunks); a bound that does not decode is left out rather than
+  # failing the whole signature.
+  spec = struct_pb2.StructuredValue()
+  b = spec.bounded_tensor_spec_value
+  b.dtype = encoding.DT_FLOAT
+  b.shape.dim.add(size=2)
+  b.minimum.dtype = encoding.DT_FLOAT
+  b.minimum.tensor_shape.dim.add(size=2)
+  b.minimum.tensor_content = np.array([-1, -2], '<f4').tobytes()
+  b.maximum.dtype = encoding.DT_FLOAT
+  b.maximum.float_val.append(3.0)  # a scalar bound in a typed field
+  got = specs.decode(spec)
+  np.testing.assert_array_equal(got.minimum, [-1, -2])
+  assert got.minimum.dtype == np.float32
+  np.testing.assert_array_equal(got.maximum, 3.0)
+  b.minimum.tensor_content = b'\x01\x02\x03'  # not 8 bytes
+  assert specs.decode(spec).minimum is None
+
+
+def test_slices_of_different_dtypes_are_malformed():
+  a = encoding.encode_chunk(1, (7, 0, 0, False), [np.array([1], np.int64)])
+  b = encoding.encode_chunk(2, (7, 1, 1, False), [np.array([2], np.uint64)])
+  info = schema_pb2.SampleInfo(probability=1.0, table_size=1)
+  info.item.key, info.item.table = 9, 't'
+  col = info.item.flat_trajectory.columns.add()
+  col.chunk_slices.add(chunk_key=1, offset=0, length=1, index=0)
+  col.chunk_slices.add(chunk_key=2, offset=0, length=1, index=0)
+  with pytest.raises(reverie.MalformedSampleError, match='differ in dtype'):
+    sampler.decode_sample(info, [a, b])
 
 
 def test_typed_values_when_no_content():

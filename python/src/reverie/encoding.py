@@ -23,6 +23,8 @@ Decoded DT_STRING tensors are numpy object arrays of ``bytes``, as
 TensorFlow's ``.numpy()`` returns them.
 """
 
+import math
+
 import cramjam
 import numpy as np
 
@@ -254,14 +256,15 @@ def encode_strings(arr):
 
 def decode_strings(content, shape):
   """An object array of bytes from DT_STRING tensor_content."""
-  n = int(np.prod(shape, dtype=np.int64)) if shape else 1
-  out = np.empty(n, dtype=object)
+  n = math.prod(shape)  # exact: a hostile shape must not wrap around
   if n == 0:
-    return out.reshape(shape)
+    return np.empty(shape, dtype=object)
   buf = np.frombuffer(content, np.uint8)
+  # Checked before anything is allocated for the elements.
   if n > buf.size:
     raise errors.MalformedSampleError(
         f'DT_STRING content of {buf.size} bytes cannot hold {n} elements')
+  out = np.empty(n, dtype=object)
   head = buf[:n]
   if int(head.max()) < 0x80:
     lengths = head.astype(np.int64)
@@ -532,12 +535,38 @@ def decode_tensor(proto, delta=False):
   if n == 0:
     return np.zeros(shape, dtype)
   if content:
+    # Checked before the array is allocated, so that a hostile shape
+    # cannot ask for terabytes.
+    if n * dtype.itemsize > len(content) * _MAX_SNAPPY_RATIO:
+      raise errors.MalformedSampleError(
+          f'Snappy content of {len(content)} bytes cannot expand to {n} '
+          f'elements of {dtype}')
     out = decompress_into(content, np.empty(shape, dtype))
   else:
     out = _from_typed_values(proto, dt, dtype, shape, n)
   if delta and len(shape) >= 2 and dt in DELTA_DTYPES:
     out = delta_decode(out)
   return out
+
+
+def decode_plain_tensor(proto):
+  """The numpy array of a TensorProto as TensorFlow writes it (the bounds
+  of a BoundedTensorSpec in a signature): tensor_content holds the raw
+  little-endian values, not Snappy as in a chunk, or the typed fields
+  hold them."""
+  dt = proto.dtype
+  dtype = numpy_dtype(dt)
+  shape = tensor_shape(proto)
+  n = math.prod(shape)
+  content = proto.tensor_content
+  if dt == DT_STRING or not content:
+    return _from_typed_values(proto, dt, dtype, shape, n)
+  if len(content) != n * dtype.itemsize:
+    raise errors.MalformedSampleError(
+        f'tensor_content of {len(content)} bytes for {n} elements of '
+        f'{dtype}')
+  return np.frombuffer(content, dtype.newbyteorder('<')).astype(
+      dtype).reshape(shape)
 
 
 def total_bytes(arr):

@@ -143,6 +143,11 @@ def decode_sample(info, chunks):
     if len(parts) == 1:
       arr = parts[0]
     else:
+      if any(p.dtype != parts[0].dtype for p in parts):
+        # np.concatenate would promote them (int64 and uint64 to
+        # float64) without a word.
+        raise _malformed(item, f'column {ci}: its chunk slices differ in '
+                         f'dtype ({", ".join(sorted({str(p.dtype) for p in parts}))})')
       try:
         arr = np.concatenate(parts)
       except ValueError as e:
@@ -380,9 +385,11 @@ class Sampler:
     with self._lock:
       if not self._closed:
         self._closed = True
+      # Set under the lock: a worker registers a new call under it only
+      # if _stop is not set, so every call is in this copy or never made.
+      self._stop.set()
       calls = list(self._calls)
       self._budget.notify_all()
-    self._stop.set()
     abort = getattr(self._sink, 'abort', None) or self._sink.close
     abort()
     for c in calls:
@@ -405,9 +412,9 @@ class Sampler:
     with self._lock:
       if self._error is None and not self._closed:
         self._error = err
+      self._stop.set()  # under the lock: see close
       calls = list(self._calls)
       self._budget.notify_all()
-    self._stop.set()
     for c in calls:
       c.cancel()
 

@@ -64,6 +64,18 @@ def _dtype(dt):
     return np.dtype(np.void)  # a dtype reverie cannot decode
 
 
+def _bound(spec, field):
+  """A bound of a BoundedTensorSpec, as TensorFlow encodes it (raw
+  tensor_content). A bound that does not decode is left out: it must not
+  make the whole signature, and with it ServerInfo, fail."""
+  if not spec.HasField(field):
+    return None
+  try:
+    return encoding.decode_plain_tensor(getattr(spec, field))
+  except (errors.ReverieError, ValueError):
+    return None
+
+
 def decode(value):
   """The nest a StructuredValue describes."""
   kind = value.WhichOneof('kind')
@@ -72,10 +84,8 @@ def decode(value):
     return TensorSpec(_shape(s.shape), _dtype(s.dtype), s.name or None)
   if kind == 'bounded_tensor_spec_value':
     s = value.bounded_tensor_spec_value
-    lo = encoding.decode_tensor(s.minimum) if s.HasField('minimum') else None
-    hi = encoding.decode_tensor(s.maximum) if s.HasField('maximum') else None
     return BoundedTensorSpec(_shape(s.shape), _dtype(s.dtype), s.name or None,
-                             lo, hi)
+                             _bound(s, 'minimum'), _bound(s, 'maximum'))
   if kind == 'dict_value':
     return {k: decode(v) for k, v in sorted(value.dict_value.fields.items())}
   if kind == 'list_value':
