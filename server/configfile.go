@@ -1487,6 +1487,11 @@ func (p *cfgParser) yamlSecurity(tlsNode, authNode *yaml.Node, cfg *Config) erro
 				if *f.dst, err = p.ystring(v, "tls."+f.key); err != nil {
 					return err
 				}
+				// An empty client_ca_file would turn mutual TLS off
+				// without a word (a template's unset variable).
+				if *f.dst == "" {
+					return p.yerrf("tls."+f.key, v, "must not be empty; leave the key out instead")
+				}
 			}
 		}
 		if cfg.TLS.CertFile == "" || cfg.TLS.KeyFile == "" {
@@ -1504,6 +1509,10 @@ func (p *cfgParser) yamlSecurity(tlsNode, authNode *yaml.Node, cfg *Config) erro
 		}
 		if cfg.Auth.TokenFile, err = p.ystring(v, "auth.token_file"); err != nil {
 			return err
+		}
+		// An empty path would leave every call open without a word.
+		if cfg.Auth.TokenFile == "" {
+			return p.yerrf("auth.token_file", v, "must not be empty; leave the auth block out to serve without tokens")
 		}
 	}
 	return nil

@@ -83,7 +83,14 @@ func (m *multiListener) accept(l net.Listener) {
 	for {
 		c, err := l.Accept()
 		if err != nil {
-			m.errs <- err
+			select {
+			case m.errs <- err:
+			case <-m.closed:
+				return
+			}
+			if isTemporary(err) {
+				continue // as gRPC does: it backs off and calls Accept again
+			}
 			return
 		}
 		select {
@@ -102,9 +109,20 @@ func (m *multiListener) Accept() (net.Conn, error) {
 	case <-m.closed:
 		return nil, net.ErrClosed
 	case err := <-m.errs:
-		m.Close()
+		// A temporary error (out of file descriptors) leaves both
+		// listeners open: the server retries. Any other ends them.
+		if !isTemporary(err) {
+			m.Close()
+		}
 		return nil, err
 	}
+}
+
+// isTemporary reports whether err is an accept error worth retrying, by
+// the test gRPC's server applies.
+func isTemporary(err error) bool {
+	var te interface{ Temporary() bool }
+	return errors.As(err, &te) && te.Temporary()
 }
 
 func (m *multiListener) Close() error {

@@ -32,6 +32,11 @@ func TestSecurityConfigYAML(t *testing.T) {
 		{"tls: on\n", "tls: must be a mapping"},
 		{"auth: {}\n", "auth: token_file is required"},
 		{"auth: {tokens: [a]}\n", `auth.tokens: unknown key "tokens"; want one of token_file`},
+		// Empty paths (a template's unset variable) would turn tokens or
+		// mutual TLS off without a word.
+		{"auth: {token_file: \"\"}\n", "auth.token_file: must not be empty"},
+		{"tls: {cert_file: s.pem, key_file: s.key, client_ca_file: \"\"}\n", "tls.client_ca_file: must not be empty"},
+		{"tls: {cert_file: \"\", key_file: s.key}\n", "tls.cert_file: must not be empty"},
 	}
 	for _, tt := range bad {
 		_, err := parseConfigFile("c.yaml", []byte(tables+tt.yaml))

@@ -141,6 +141,14 @@ func runServe(args []string) int {
 		}
 	}
 
+	// SIGHUP reloads certificates and tokens (docs/config.md). It is taken
+	// before the server is built, which can take long (a checkpoint to
+	// restore, a log to replay, a snapshot to download): by default it
+	// would end the process. One sent meanwhile reloads once serving.
+	hup, done := make(chan os.Signal, 1), make(chan struct{})
+	signal.Notify(hup, syscall.SIGHUP)
+	defer func() { signal.Stop(hup); close(done) }()
+
 	srv, err := server.New(cfg)
 	if errors.Is(err, server.ErrRestore) {
 		log.Error("cannot restore checkpoint; not starting (pass --restore with another checkpoint, or move the bad one away)", "err", err)
@@ -200,10 +208,6 @@ func runServe(args []string) int {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	// SIGHUP reloads certificates and tokens (docs/config.md).
-	hup, done := make(chan os.Signal, 1), make(chan struct{})
-	signal.Notify(hup, syscall.SIGHUP)
-	defer func() { signal.Stop(hup); close(done) }()
 	go func() {
 		for {
 			select {
@@ -226,6 +230,11 @@ func runServe(args []string) int {
 	select {
 	case err := <-served:
 		log.Error("server stopped", "err", err)
+		// Still close it: the write-ahead log writes and fsyncs what
+		// it holds, and storage is released.
+		if err := srv.Close(); err != nil {
+			log.Warn("closing the server", "err", err)
+		}
 		return 1
 	case sig := <-sigs:
 		log.Info("draining; a second signal stops at once", "signal", sig.String(), "timeout", drain.String())
