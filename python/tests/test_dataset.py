@@ -2,6 +2,7 @@
 several workers, errors, closing; and the torch/JAX helpers."""
 
 import collections
+import gc
 import sys
 import threading
 import time
@@ -187,6 +188,20 @@ def test_leaving_a_loop_early_stops_background_threads(client, reset):
   threads = list(it._sampler._threads)  # pylint: disable=protected-access
   assert all(t.is_alive() for t in threads)
   del it  # as when a for loop is left: the iterator is collected
+  _wait_dead(threads)
+
+
+def test_dropped_sampler_stops_background_threads(client, reset):
+  # A Sampler left without close (a for loop broken out of): once it is
+  # collected its workers stop, with their streams.
+  reset('uniform')
+  _fill(client, 'uniform', 5)
+  s = client.sampler('uniform', max_in_flight_samples_per_worker=1)
+  next(s)
+  threads = list(s._threads)  # pylint: disable=protected-access
+  assert threads and all(t.is_alive() for t in threads)
+  del s
+  gc.collect()
   _wait_dead(threads)
 
 

@@ -182,34 +182,10 @@ class _SampleQueue:
     self.channel.clear()
 
 
-class Sampler:
-  """Streams decoded samples of one table from the server.
-
-  Workers start at construction. Consume with :meth:`next` (or iterate),
-  and call :meth:`close` when done (or use it as a context manager).
-  Samples taken from the table but not consumed are lost on close, as in
-  Reverb. A Sampler is safe for concurrent use.
-
-  Args:
-    client: the :class:`reverie.Client`.
-    table: the table to sample from.
-    max_samples: total number of samples to return; None or -1 means no
-      limit. Never exceeded on the server either.
-    num_workers: parallel streams. With ``max_samples`` no more are started
-      than ``ceil(max_samples / max_in_flight_samples_per_worker)``.
-    max_in_flight_samples_per_worker: samples per SampleStreamRequest.
-    rate_limiter_timeout_ms: how long the server may wait for the table's
-      rate limiter before the first sample of a request; -1 or None waits
-      forever. Real timeouts are sent as at least 1 ms.
-    max_samples_per_stream: samples after which a worker reopens its stream.
-    sink: where samples go; internal (see ``next``) if None. An object with
-      ``put(raw_samples) -> bool`` (False: stop) and ``close()``, called
-      from the worker threads; a raw sample is ``(SampleInfo message, [its
-      ChunkData messages])``, see ``decode_sample``. It may raise a
-      ReverieError, which stops the sampler.
-    queue_size: for the internal sink, how many responses' worth of samples
-      may wait for the consumer (default: 2 per worker).
-  """
+class _SamplerCore:
+  """The state and workers of a :class:`Sampler`. The worker threads hold
+  this, not the Sampler, so that a Sampler its user drops is collected and
+  stops them."""
 
   def __init__(self,
                client,
@@ -399,13 +375,6 @@ class Sampler:
       if t is not threading.current_thread():
         t.join(max(0.0, deadline - time.monotonic()))
 
-  def __del__(self):
-    try:
-      if not self._closed:
-        self.close(timeout=0)
-    except Exception:  # pylint: disable=broad-except
-      pass
-
   # -- workers --
 
   def _fail(self, err):
@@ -548,6 +517,95 @@ class Sampler:
         with self._lock:
           self._calls.discard(reader.call)
       requests.close()
+
+
+class Sampler:
+  """Streams decoded samples of one table from the server.
+
+  Workers start at construction. Consume with :meth:`next` (or iterate),
+  and call :meth:`close` when done (or use it as a context manager).
+  Samples taken from the table but not consumed are lost on close, as in
+  Reverb. A Sampler is safe for concurrent use.
+
+  Args:
+    client: the :class:`reverie.Client`.
+    table: the table to sample from.
+    max_samples: total number of samples to return; None or -1 means no
+      limit. Never exceeded on the server either.
+    num_workers: parallel streams. With ``max_samples`` no more are started
+      than ``ceil(max_samples / max_in_flight_samples_per_worker)``.
+    max_in_flight_samples_per_worker: samples per SampleStreamRequest.
+    rate_limiter_timeout_ms: how long the server may wait for the table's
+      rate limiter before the first sample of a request; -1 or None waits
+      forever. Real timeouts are sent as at least 1 ms.
+    max_samples_per_stream: samples after which a worker reopens its stream.
+    sink: where samples go; internal (see ``next``) if None. An object with
+      ``put(raw_samples) -> bool`` (False: stop) and ``close()``, called
+      from the worker threads; a raw sample is ``(SampleInfo message, [its
+      ChunkData messages])``, see ``decode_sample``. It may raise a
+      ReverieError, which stops the sampler.
+    queue_size: for the internal sink, how many responses' worth of samples
+      may wait for the consumer (default: 2 per worker).
+  """
+
+  def __init__(self, *args, **kwargs):
+    self._core = _SamplerCore(*args, **kwargs)
+
+  validate_args = staticmethod(_SamplerCore.validate_args)
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc):
+    self.close()
+
+  def __iter__(self):
+    return self
+
+  def __next__(self):
+    return self._core.__next__()
+
+  @property
+  def error(self):
+    """The terminal error that stopped the workers, if any."""
+    return self._core.error
+
+  @property
+  def last_transient_error(self):
+    return self._core.last_transient_error
+
+  def end_error(self):
+    """See :meth:`_SamplerCore.end_error`."""
+    return self._core.end_error()
+
+  def next(self, timeout=None):
+    """The next sample, as ``(SampleInfo, [column arrays])``: see
+    :meth:`_SamplerCore.next`."""
+    return self._core.next(timeout)
+
+  def close(self, timeout=10.0):
+    """Stops the workers and waits (up to ``timeout`` s) for them to exit.
+    Idempotent."""
+    self._core.close(timeout)
+
+  def __getattr__(self, name):
+    # The rest of the core (tests look at its threads).
+    core = self.__dict__.get('_core')
+    if core is None:
+      raise AttributeError(name)
+    return getattr(core, name)
+
+  def __del__(self):
+    # A Sampler dropped without close: its workers hold only the core, so
+    # this runs, and stops them and their streams.
+    core = self.__dict__.get('_core')
+    if core is None:
+      return
+    try:
+      if not core._closed:  # pylint: disable=protected-access
+        core.close(timeout=0)
+    except Exception:  # pylint: disable=broad-except
+      pass
 
 
 class _StreamReader:
