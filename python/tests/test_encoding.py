@@ -11,9 +11,11 @@ import numpy as np
 import pytest
 
 import reverie
+from reverie import _channel as channel_lib
 from reverie import _keys
 from reverie import _tree
 from reverie import _wire
+from reverie import dataset
 from reverie import encoding
 from reverie import sampler
 from reverie import specs
@@ -296,6 +298,34 @@ def test_slices_of_different_dtypes_are_malformed():
   col.chunk_slices.add(chunk_key=2, offset=0, length=1, index=0)
   with pytest.raises(reverie.MalformedSampleError, match='differ in dtype'):
     sampler.decode_sample(info, [a, b])
+
+
+def _raw_sample(key, chunk_key, value):
+  """A raw sample (SampleInfo, [ChunkData]) of one int64 step; chunk_key
+  None leaves its chunk out (a malformed sample)."""
+  info = schema_pb2.SampleInfo(probability=1.0, table_size=1)
+  info.item.key, info.item.table = key, 't'
+  col = info.item.flat_trajectory.columns.add(squeeze=True)
+  col.chunk_slices.add(chunk_key=key, offset=0, length=1, index=0)
+  chunks = []
+  if chunk_key is not None:
+    chunks.append(encoding.encode_chunk(chunk_key, (7, 0, 0, False),
+                                        [np.array([value], np.int64)]))
+  return info, chunks
+
+
+def test_sinks_deliver_the_samples_before_a_bad_one():
+  good, bad = _raw_sample(1, 1, 10), _raw_sample(2, None, 0)
+  q = sampler._SampleQueue(4)  # pylint: disable=protected-access
+  with pytest.raises(reverie.MalformedSampleError):
+    q.put([good, bad])
+  (got,) = q.channel.get(timeout=1)
+  assert int(got[1][0]) == 10
+  out = channel_lib.Channel(4)
+  b = dataset._Batcher(1, out, False, lambda a: a)  # pylint: disable=protected-access
+  with pytest.raises(reverie.MalformedSampleError):
+    b.put([good, bad])
+  assert int(out.get(timeout=1).data[0][0]) == 10
 
 
 def test_typed_values_when_no_content():

@@ -304,19 +304,28 @@ class _Batcher:
 
   def put(self, raw_samples):
     done = []
+    err = None
     with self._lock:
       for info, chunks in raw_samples:
         b = self._batch
-        if b is None:
-          b = self._batch = _Batch(self._batch_size, info, chunks)
-        else:
-          b.add(info, chunks)
+        try:
+          if b is None:
+            b = self._batch = _Batch(self._batch_size, info, chunks)
+          else:
+            b.add(info, chunks)
+        except errors.ReverieError as e:
+          # The batches completed before the bad sample go out first
+          # (the partial one at close), then the error.
+          err = e
+          break
         if b.full():
           done.append(b)
           self._batch = None
     for b in done:
       if not self._out.put(b.result(self._unflatten)):
         return False
+    if err is not None:
+      raise err
     return True
 
   def close(self):

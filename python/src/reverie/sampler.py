@@ -171,8 +171,17 @@ class _SampleQueue:
     self.channel = _channel.Channel(maxsize)
 
   def put(self, raw_samples):
-    return self.channel.put(
-        [decode_sample(info, chunks) for info, chunks in raw_samples])
+    out = []
+    try:
+      for info, chunks in raw_samples:
+        out.append(decode_sample(info, chunks))
+    except errors.ReverieError:
+      # The samples before the bad one were taken from the table: the
+      # consumer gets them before the error.
+      if out:
+        self.channel.put(out)
+      raise
+    return self.channel.put(out)
 
   def close(self):
     self.channel.close()
