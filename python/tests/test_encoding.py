@@ -288,6 +288,22 @@ def test_bounded_spec_bounds_as_tensorflow_writes_them():
   assert specs.decode(spec).minimum is None
 
 
+def test_named_tuple_with_invalid_names_keeps_its_order():
+  # Field names that are not identifiers must not turn the named tuple
+  # into a dict (flattened by sorted key: columns under the wrong names).
+  sv = struct_pb2.StructuredValue()
+  nt = sv.named_tuple_value
+  nt.name = 'my.Step'
+  for key, dt in (('z', encoding.DT_FLOAT), ('1a', encoding.DT_INT32),
+                  ('a', encoding.DT_INT64)):
+    p = nt.values.add(key=key)
+    p.value.tensor_spec_value.dtype = dt
+  got = specs.decode(sv)
+  assert isinstance(got, tuple)
+  assert [s.dtype for s in got] == [np.float32, np.int32, np.int64]
+  assert got._fields == ('z', '_1', 'a')
+
+
 def test_slices_of_different_dtypes_are_malformed():
   a = encoding.encode_chunk(1, (7, 0, 0, False), [np.array([1], np.int64)])
   b = encoding.encode_chunk(2, (7, 1, 1, False), [np.array([2], np.uint64)])

@@ -95,10 +95,11 @@ def decode(value):
   if kind == 'named_tuple_value':
     nt = value.named_tuple_value
     names = [p.key for p in nt.values]
-    try:
-      cls = collections.namedtuple(nt.name or 'NamedTuple', names)
-    except ValueError:
-      return {p.key: decode(p.value) for p in nt.values}
+    # Names that are not identifiers are renamed (positionally, _0, _1,
+    # ...) rather than turned into a dict, which would flatten by sorted
+    # key and put the columns under the wrong fields.
+    type_name = nt.name if nt.name.isidentifier() else 'NamedTuple'
+    cls = collections.namedtuple(type_name, names, rename=True)
     return cls(*[decode(p.value) for p in nt.values])
   if kind == 'none_value':
     return None
