@@ -23,6 +23,11 @@ import (
 // write-ahead log could not be replayed whole.
 var ErrWAL = errors.New("server: cannot replay write-ahead log")
 
+// ErrWALClose is wrapped by the error of Shutdown and Close when the
+// write-ahead log did not close cleanly: a write or fsync failed, so
+// changes it acknowledged may not be on disk.
+var ErrWALClose = errors.New("server: write-ahead log did not close cleanly")
+
 // newWAL makes the log of a durable config, before the tables (each gets
 // the log's extension). It touches no file.
 func (s *Server) newWAL() error {

@@ -3,6 +3,7 @@ package server_test
 import (
 	"errors"
 	"math"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -293,4 +294,40 @@ func infoOf(t *testing.T, infos []*reverbpb.TableInfo, name string) *reverbpb.Ta
 	}
 	t.Fatalf("no table %q in %v", name, infos)
 	return nil
+}
+
+// TestShutdownReportsALogThatFailed: when the write-ahead log has failed
+// (here its directory was removed, so the segment a checkpoint starts
+// cannot be created), Shutdown's error says so, wrapping ErrWALClose:
+// `reverie serve` then exits 1 rather than 0.
+func TestShutdownReportsALogThatFailed(t *testing.T) {
+	dir := t.TempDir()
+	srv, err := server.New(durableConfig(dir, "always"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
+	c := reverbpb.NewReverbServiceClient(servertest.Dial(t, lis.Addr().String()))
+	if _, err := insertAll(ctxT(t), c, &reverbpb.InsertStreamRequest{
+		Chunks: []*reverbpb.ChunkData{chunk(1, 1, 1)},
+		Items:  []*reverbpb.PrioritizedItem{item(1, "uniform", 1, 1, 0, 1)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "wal")); err != nil {
+		t.Fatal(err)
+	}
+	// The checkpoint's mark makes the log start a new segment, in a
+	// directory that is gone. The checkpoint itself may fail too.
+	_, _ = c.Checkpoint(ctxT(t), &reverbpb.CheckpointRequest{})
+	err = srv.Shutdown(ctxT(t))
+	<-served
+	if !errors.Is(err, server.ErrWALClose) {
+		t.Fatalf("Shutdown = %v, want an error wrapping ErrWALClose", err)
+	}
 }

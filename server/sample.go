@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"sync"
 	"time"
 
@@ -57,7 +58,9 @@ func (s *Server) SampleStream(stream reverbpb.ReverbService_SampleStreamServer) 
 // value is milliseconds. (Reverb's server waits forever on 0; see
 // docs/compatibility.md.)
 func sampleTimeout(t *reverbpb.Timeout) time.Duration {
-	if t == nil || t.GetMilliseconds() < 0 {
+	// Beyond what a Duration holds (292 years) is forever too, rather
+	// than a product that wraps around to a short or negative timeout.
+	if t == nil || t.GetMilliseconds() < 0 || t.GetMilliseconds() > math.MaxInt64/int64(time.Millisecond) {
 		return -1
 	}
 	return time.Duration(t.GetMilliseconds()) * time.Millisecond

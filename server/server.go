@@ -292,28 +292,31 @@ func (s *Server) startClosing() {
 // streams at their next request boundary, and waits for handlers to return
 // and for a checkpoint being written to be finished. If ctx ends first, it
 // stops at once (abandoning such a checkpoint) and returns ctx's error.
-// Shutdown is idempotent.
+// If the write-ahead log did not close cleanly (changes it acknowledged
+// may not be on disk), the error wraps ErrWALClose. Shutdown is
+// idempotent.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.startClosing()
 	done := make(chan struct{})
+	var walErr error
 	go func() {
 		s.grpc.GracefulStop()
 		s.bg.Wait()
-		s.closeWAL()
+		walErr = s.closeWAL()
 		close(done)
 	}()
 	select {
 	case <-done:
 		s.closeRemote()
 		s.closeStorage()
-		return nil
+		return walErr
 	case <-ctx.Done():
 		s.bgCancel()
 		s.grpc.Stop()
 		<-done
 		s.closeRemote()
 		s.closeStorage()
-		return ctx.Err()
+		return errors.Join(ctx.Err(), walErr)
 	}
 }
 
@@ -328,27 +331,32 @@ func (s *Server) closeStorage() {
 }
 
 // Close stops the server at once, cancelling every open stream and
-// abandoning a checkpoint being written (its directory is removed).
+// abandoning a checkpoint being written (its directory is removed). Its
+// error, as Shutdown's, is the write-ahead log's if it did not close
+// cleanly.
 func (s *Server) Close() error {
 	s.startClosing()
 	s.bgCancel()
 	s.grpc.Stop()
 	s.bg.Wait()
-	s.closeWAL()
+	err := s.closeWAL()
 	s.closeRemote()
 	s.closeStorage()
-	return nil
+	return err
 }
 
 // closeWAL writes and fsyncs what the log has queued and closes it. Every
-// handler has returned, so nothing more is logged.
-func (s *Server) closeWAL() {
+// handler has returned, so nothing more is logged. Its error wraps
+// ErrWALClose.
+func (s *Server) closeWAL() error {
 	if s.wal == nil {
-		return
+		return nil
 	}
 	if err := s.wal.Close(); err != nil {
 		s.log.Error("write-ahead log did not close cleanly", "dir", s.wal.Dir(), "err", err)
+		return fmt.Errorf("%w: %w", ErrWALClose, err)
 	}
+	return nil
 }
 
 // closeRemote releases the snapshot bucket once nothing uses it.

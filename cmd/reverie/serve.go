@@ -249,14 +249,25 @@ func runServe(args []string) int {
 		case <-ctx.Done():
 		}
 	}()
+	code := 0
 	if err := srv.Shutdown(ctx); err != nil {
-		log.Warn("drain cut short; open streams were cancelled", "err", err)
+		if ctx.Err() != nil {
+			log.Warn("drain cut short; open streams were cancelled", "err", ctx.Err())
+		}
+		if errors.Is(err, server.ErrWALClose) {
+			// Logged by the server; the exit status must say so too.
+			code = 1
+		}
 	}
 	for range serving {
 		if err := <-served; err != nil && !errors.Is(err, server.ErrServerClosed) {
 			log.Error("serve", "err", err)
 			return 1
 		}
+	}
+	if code != 0 {
+		log.Error("stopped, but the write-ahead log did not close cleanly")
+		return code
 	}
 	log.Info("stopped")
 	return 0
