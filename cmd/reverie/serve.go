@@ -291,7 +291,14 @@ func newLogger(format, level string) (*slog.Logger, error) {
 // listenLocal opens the local listener, a unix socket that only its owner
 // and group may connect to: its clients skip TLS and tokens.
 func listenLocal(addr string) (net.Listener, error) {
-	l, err := server.Listen(addr)
+	// The socket is created 0660 at most (umask 0117), not chmod'ed to it
+	// after: in between, a permissive umask would let anyone on the host
+	// connect, and keep the connection.
+	var l net.Listener
+	err := withUmask(0o117, func() (err error) {
+		l, err = server.Listen(addr)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
