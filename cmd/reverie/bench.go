@@ -180,6 +180,12 @@ func runBench(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	// The first signal ends the run (writers still flush, for up to a
+	// minute); a second one stops the process at once, as by default.
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
 	benchGC(os.Getenv)
 	if cfg.cpuProfile != "" {
 		f, err := os.Create(cfg.cpuProfile)

@@ -7,9 +7,11 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -257,5 +259,68 @@ func TestBenchGC(t *testing.T) {
 	}
 	if got := debug.SetGCPercent(100); got != 70 {
 		t.Errorf("GC percent after benchGC with GOGC set = %d, want 70", got)
+	}
+}
+
+// TestBenchSecondSignalStops: a writer blocked on a full queue keeps
+// reverie bench in its final flush (up to a minute) after a first SIGINT;
+// a second one stops it at once, as it would any command.
+func TestBenchSecondSignalStops(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "q.yaml")
+	if err := os.WriteFile(cfg, []byte("tables:\n  - name: q\n    queue: 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := serve(t, "--config", cfg)
+	defer p.stop(t, syscall.SIGTERM)
+	cmd := exec.Command(binary, "bench", "--addr", p.addr, "--table", "q", "--mode", "insert", "--clients", "1", "--duration", "60s")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	defer func() {
+		cmd.Process.Kill()
+		<-done
+	}()
+	// The writer is blocked once the queue holds its one item.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, p.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for {
+		info, err := c.ServerInfo(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info["q"].CurrentSize == 1 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Signal until it exits: the first ends the run, a later one the
+	// process. Before, every one after the first was swallowed and the
+	// flush ran its minute.
+	start := time.Now()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-done:
+			done <- nil // for the deferred wait
+			if d := time.Since(start); d > 10*time.Second {
+				t.Fatalf("reverie bench took %v to stop", d)
+			}
+			return
+		case <-tick.C:
+		}
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("reverie bench still running %v after the first of repeated SIGINTs", time.Since(start))
+		}
 	}
 }
