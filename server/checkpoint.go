@@ -393,6 +393,7 @@ func (s *Server) restore(path string) (uint64, error) {
 					"inserts", rep.Inserts, "deletes", rep.Deletes)
 			}
 			if rep.OverSampled > 0 || rep.Evicted > 0 {
+				s.restoreRemoved = true
 				s.log.Warn("restored items removed to meet the config", "table", cur.Name(),
 					"over_max_times_sampled", rep.OverSampled, "evicted_over_max_size", rep.Evicted,
 					"max_size", cur.cfg.MaxSize, "max_times_sampled", cur.cfg.MaxTimesSampled)

@@ -73,6 +73,20 @@ func (s *Server) autoCheckpoint() {
 	}
 }
 
+// checkpointAtStart writes a checkpoint and waits for it, before the
+// server serves.
+func (s *Server) checkpointAtStart() error {
+	r, err := s.joinCheckpoint()
+	if err != nil {
+		return err
+	}
+	<-r.done
+	if r.err == nil {
+		s.log.Info("checkpointed the tables as restored: the config removed items, and the log does not record that", "dir", r.dir)
+	}
+	return r.err
+}
+
 // recoverWAL replays the log after mark, the WAL position of the
 // checkpoint just restored (0 for none), and starts the log.
 func (s *Server) recoverWAL(mark uint64) error {

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"errors"
+	"maps"
 	"math"
 	"net"
 	"os"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/reverie-rl/reverie/api/reverbpb"
 	"github.com/reverie-rl/reverie/internal/wal"
+	"github.com/reverie-rl/reverie/selector"
 	"github.com/reverie-rl/reverie/server"
 	"github.com/reverie-rl/reverie/server/servertest"
 )
@@ -329,5 +331,57 @@ func TestShutdownReportsALogThatFailed(t *testing.T) {
 	<-served
 	if !errors.Is(err, server.ErrWALClose) {
 		t.Fatalf("Shutdown = %v, want an error wrapping ErrWALClose", err)
+	}
+}
+
+// TestRestoreRemovalsAreCheckpointed: a durable server restarted with a
+// smaller max_size on a table whose remover draws at random evicts some of
+// the checkpoint's items, which the log does not record. It checkpoints
+// them at start, so that the next start (after a crash, say) holds the
+// same items instead of drawing other ones.
+func TestRestoreRemovalsAreCheckpointed(t *testing.T) {
+	dir := t.TempDir()
+	table := func(max int64) server.TableConfig {
+		return server.TableConfig{
+			Name:        "t",
+			Sampler:     selector.Spec{Kind: selector.KindUniform},
+			Remover:     selector.Spec{Kind: selector.KindUniform},
+			MaxSize:     max,
+			RateLimiter: server.MinSize(1),
+		}
+	}
+	cfg := durableConfig(dir, "always")
+	cfg.Tables = []server.TableConfig{table(200)}
+	a := servertest.Start(t, cfg)
+	var reqs []*reverbpb.InsertStreamRequest
+	for k := uint64(1); k <= 150; k++ {
+		reqs = append(reqs, &reverbpb.InsertStreamRequest{
+			Chunks: []*reverbpb.ChunkData{chunk(k, k, 1)},
+			Items:  []*reverbpb.PrioritizedItem{item(k, "t", 1, k, 0, 1)},
+		})
+	}
+	if _, err := insertAll(ctxT(t), a.Client, reqs...); err != nil {
+		t.Fatal(err)
+	}
+	checkpointNow(t, a.Client)
+	a.Close()
+
+	keys := func(s *servertest.Server) []uint64 {
+		seen := map[uint64]bool{}
+		for _, smp := range sampleAll(t, s.Client, "t", 3000) {
+			seen[smp.info.GetItem().GetKey()] = true
+		}
+		return slices.Sorted(maps.Keys(seen))
+	}
+	cfg.Tables = []server.TableConfig{table(100)} // evicts 50 at random
+	b := servertest.Start(t, cfg)
+	want := keys(b)
+	b.Close()
+	if len(want) != 100 {
+		t.Fatalf("sampled %d keys of the 100 left", len(want))
+	}
+	c := servertest.Start(t, cfg)
+	if got := keys(c); !slices.Equal(got, want) {
+		t.Fatalf("the next start holds other items than the one before:\n %v\nwant\n %v", got, want)
 	}
 }

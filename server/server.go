@@ -55,6 +55,10 @@ type Server struct {
 	closing   chan struct{} // closed when draining starts
 	closeOnce sync.Once
 
+	// restoreRemoved: the checkpoint restored at start had items the
+	// config removed (a smaller max_size, max_times_sampled).
+	restoreRemoved bool
+
 	metrics serverMetrics // counters for Collector (metrics.go)
 	sec     *security     // TLS and tokens (security.go)
 
@@ -175,6 +179,19 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("%w: %w", ErrRestore, err)
 	}
 	s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
+	if s.wal != nil && s.restoreRemoved {
+		// The removals were not logged, and a remover that draws at
+		// random would pick other items after a crash, while the log's
+		// records go on from the first choice. Checkpoint them now,
+		// before serving, so that recovery starts from this state.
+		if err := s.checkpointAtStart(); err != nil {
+			s.bgCancel()
+			s.closeWAL()
+			s.closeRemote()
+			s.closeStorage()
+			return nil, fmt.Errorf("%w: checkpoint of the items left after the restore: %w", ErrRestore, err)
+		}
+	}
 
 	// Calls are counted first, so that those refused for want of a token
 	// are counted too.
