@@ -922,3 +922,60 @@ func sampleDistribution(t *testing.T, conn *grpc.ClientConn, n int64) distributi
 	}
 	return d
 }
+
+// TestPortFlagOverridesConfigListen: --port serves that port on all
+// interfaces even when the config names a listen address (here one that
+// cannot be bound), as its help says; a port below -1 is refused.
+func TestPortFlagOverridesConfigListen(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(cfg, []byte("listen: unix:///nonexistent-dir/reverie.sock\ntables:\n  - name: t\n    queue: 10\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(binary, "serve", "--config", cfg, "--port", "0")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	timeout := time.After(20 * time.Second)
+	var logs []string
+wait:
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("reverie serve exited:\n%s", strings.Join(logs, "\n"))
+			}
+			logs = append(logs, l)
+			if strings.Contains(l, "reverie serving") {
+				if strings.Contains(l, "unix://") || !strings.Contains(l, "[::]:") {
+					t.Errorf("serving on the config's address, not --port's: %s", l)
+				}
+				break wait
+			}
+		case <-timeout:
+			t.Fatalf("no serving line after 20 s:\n%s", strings.Join(logs, "\n"))
+		}
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	go func() {
+		for range lines {
+		}
+	}()
+	cmd.Wait()
+
+	out, err := exec.Command(binary, "serve", "--port", "-5").CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "--port") {
+		t.Fatalf("--port -5: %v\n%s", err, out)
+	}
+}

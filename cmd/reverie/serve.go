@@ -67,8 +67,14 @@ func runServe(args []string) int {
 			return 1
 		}
 	}
+	if *port < -1 {
+		log.Error("bad flag", "err", fmt.Sprintf("--port: must be in [0, 65535], got %d", *port))
+		return 2
+	}
 	if *port >= 0 {
-		cfg.Port = *port
+		// As documented: all interfaces on that port, whatever listen
+		// address the config gives (--listen still overrides it).
+		cfg.Port, cfg.Listen = *port, ""
 	}
 	if *listen != "" {
 		cfg.Listen = *listen
