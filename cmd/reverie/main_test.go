@@ -974,8 +974,10 @@ wait:
 	}()
 	cmd.Wait()
 
-	out, err := exec.Command(binary, "serve", "--port", "-5").CombinedOutput()
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "--port") {
-		t.Fatalf("--port -5: %v\n%s", err, out)
+	for _, flag := range []string{"--port", "--memory-limit-bytes"} {
+		out, err := exec.Command(binary, "serve", flag, "-5").CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), flag) {
+			t.Errorf("%s -5: %v\n%s", flag, err, out)
+		}
 	}
 }

@@ -71,6 +71,10 @@ func runServe(args []string) int {
 		log.Error("bad flag", "err", fmt.Sprintf("--port: must be in [0, 65535], got %d", *port))
 		return 2
 	}
+	if *memoryLimit < -1 {
+		log.Error("bad flag", "err", fmt.Sprintf("--memory-limit-bytes: must be >= 0, got %d", *memoryLimit))
+		return 2
+	}
 	if *port >= 0 {
 		// As documented: all interfaces on that port, whatever listen
 		// address the config gives (--listen still overrides it).
