@@ -366,15 +366,24 @@ def targets(outdir):
                  echo_vs(payload, mode, 'cpu', stat(b, 'cpu_sec_per_m_items')),
                  echo_vs(payload, mode, 'cpu', stat(b, 'cpu_sec_per_m_items'), 'echo-table'),
                  echo_vs(payload, mode, 'cpu', stat(b, 'cpu_sec_per_m_items'), 'echo-h2-table')) if client == 'go' else ()))
-    paced = [r for r in s5['runs'] if r['client'] == 'paced']
+    # The p99 checks compare the two servers within each repetition (run
+    # back to back) and are met only if reverie's is no higher in every
+    # one: the lowest of each server's repetitions, taken apart, would
+    # favour whichever server's tail varies more.
+    paced = [r for r in load(outdir, 'section5', best=False)['runs'] if r['client'] == 'paced']
     for payload in sorted({r['payload_bytes'] for r in paced}):
       for basis, label in (('own', 'each at half its own saturation'),
                            ('common', 'both at half the lower saturation')):
-        v = find(paced, server='reverie', payload_bytes=payload, rate_basis=basis)
-        b = find(paced, server='reverb', payload_bytes=payload, rate_basis=basis)
-        if v and b:
-          vp, bp = v['sample']['p99_ms'], b['sample']['p99_ms']
-          add(f'sample p99, {payload_name(payload)}, {label}', f'{fms(vp)} vs {fms(bp)}', 'reverie ≤ Reverb', vp <= bp)
+        pairs = []
+        for rep in sorted({r.get('rep') for r in paced}, key=lambda x: x or 0):
+          v = find(paced, server='reverie', payload_bytes=payload, rate_basis=basis, rep=rep)
+          b = find(paced, server='reverb', payload_bytes=payload, rate_basis=basis, rep=rep)
+          if v and b:
+            pairs.append((v['sample']['p99_ms'], b['sample']['p99_ms']))
+        if pairs:
+          add(f'sample p99, {payload_name(payload)}, {label}',
+              '; '.join(f'{fms(vp)} vs {fms(bp)}' for vp, bp in pairs),
+              'reverie ≤ Reverb in every repetition', all(vp <= bp for vp, bp in pairs))
     batched = load(outdir, 'batched')
     go = [r for r in s5['runs'] + (batched['runs'] if batched else [])
           if r['client'] == 'go' and r['payload_bytes'] == 400]
