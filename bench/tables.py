@@ -517,7 +517,8 @@ def render(outdir):
       out.append(f'Every configuration ran {reps} times against each server (and bench/echo)'
                  + (f", except {once}, which ran once" if once else '')
                  + ', the servers in rotating order; the tables show the repetition with the most items/s '
-                 '(the paced latency runs: the lowest p99). All repetitions are in the JSON.')
+                 '(the paced latency runs: the lowest p99; the Targets table\'s p99 checks compare the two '
+                 'servers within each repetition instead). All repetitions are in the JSON.')
     out.append('')
   shares = {'other_cpu_share': [], 'steal_cpu_share': []}
   for w in ('section5', 'batched', 'queue', 'prioritized', 'echo'):
