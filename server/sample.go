@@ -136,7 +136,7 @@ type responseBuilder struct {
 }
 
 // maxKeptSamples bounds the samples buffer a stream keeps between
-// batches (a test may lower maxSampleBatch below it).
+// batches: one of the largest batch's size (maxSampleBatch).
 const maxKeptSamples = 4096
 
 // maxSampleBatch bounds the samples a request takes from its table at
@@ -180,30 +180,27 @@ func (b *responseBuilder) sendSamples(tableName string, samples []table.Sampled,
 	for i := range min(prefetchAhead, len(samples)) {
 		prefetchChunks(&samples[i])
 	}
+nextSample:
 	for i := range samples {
 		if i+prefetchAhead < len(samples) {
 			prefetchChunks(&samples[i+prefetchAhead])
 		}
 		sm := &samples[i]
 		b.encs, b.owners = b.encs[:0], b.owners[:0]
-		var readErr error
 		for _, c := range sm.Item.Chunks {
 			enc, err := c.Encoded()
 			if err != nil {
-				readErr = fmt.Errorf("sampling item %d of table %q: %w", sm.Item.Key, tableName, err)
-				break
+				// The sample was taken (its times_sampled counted,
+				// perhaps its item deleted): send the batch's others
+				// rather than lose them too, and end the request after
+				// them.
+				if firstErr == nil {
+					firstErr = fmt.Errorf("sampling item %d of table %q: %w", sm.Item.Key, tableName, err)
+				}
+				continue nextSample
 			}
 			b.encs = append(b.encs, enc)
 			b.owners = append(b.owners, c)
-		}
-		if readErr != nil {
-			// The sample was taken (its times_sampled counted, perhaps
-			// its item deleted): send the batch's others rather than
-			// lose them too, and end the request after them.
-			if firstErr == nil {
-				firstErr = readErr
-			}
-			continue
 		}
 		info := appendSampleInfo(b.info[:0], tableName, sm)
 		b.info = info
