@@ -290,22 +290,7 @@ class _SamplerCore:
     return (max_samples, int(num_workers),
             int(max_in_flight_samples_per_worker), int(max_samples_per_stream))
 
-  # -- consumer side --
-
-  def __enter__(self):
-    return self
-
-  def __exit__(self, *exc):
-    self.close()
-
-  def __iter__(self):
-    return self
-
-  def __next__(self):
-    try:
-      return self.next()
-    except errors.ClosedError:
-      raise StopIteration from None
+  # -- consumer side (Sampler is the iterator and context manager) --
 
   @property
   def error(self):
@@ -572,7 +557,10 @@ class Sampler:
     return self
 
   def __next__(self):
-    return self._core.__next__()
+    try:
+      return self._core.next()
+    except errors.ClosedError:
+      raise StopIteration from None
 
   @property
   def error(self):
