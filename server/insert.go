@@ -25,10 +25,10 @@ func (s *Server) InsertStream(stream reverbpb.ReverbService_InsertStreamServer) 
 	conf := newConfirmer(stream.Send)
 	if s.wal != nil {
 		// Under fsync always a key is confirmed only once its item is on
-		// disk; the confirmer waits, so the stream reads on meanwhile and
-		// every stream's items share the fsyncs (group commit). Under the
-		// other policies it waits only while the log's backlog is over
-		// its bound (wal.Options.MaxBacklog).
+		// disk, under the other policies once its record is written to
+		// the log's file; the confirmer waits, so the stream reads on
+		// meanwhile and every stream's items share the writes and
+		// fsyncs (group commit).
 		conf.durable = func(lsn uint64) error { return s.wal.WaitDurable(ctx, lsn) }
 	}
 	defer conf.close()

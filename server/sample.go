@@ -87,9 +87,11 @@ func (s *Server) serveSampleRequest(ctx context.Context, req *reverbpb.SampleStr
 		if err != nil {
 			return err
 		}
-		// Under fsync always, a sample is sent only once its effect
-		// (times_sampled, a max_times_sampled delete) is on disk, so a
-		// crash cannot make a queue deliver an item twice.
+		// A sample is sent only once its effect (times_sampled, a
+		// max_times_sampled delete) is on disk under fsync always, and
+		// written to the log's file under the other policies, so that a
+		// crash (of the machine, or under those policies of the process)
+		// cannot make a queue deliver an item twice.
 		err = s.waitDurable(ctx)
 		if err == nil {
 			err = rb.sendSamples(t.Name(), samples, send)

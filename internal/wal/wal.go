@@ -7,8 +7,10 @@
 // table made them. Appending only queues a record in memory; one writer
 // goroutine encodes what has queued, writes it in one write call and, by
 // the sync policy, fsyncs it: every append that arrived while the previous
-// batch was being written rides the next write (group commit). Callers that
-// must not answer before their change is on disk wait with WaitDurable.
+// batch was being written rides the next write (group commit). Callers wait
+// with WaitDurable before they answer: until the change is on disk under
+// SyncAlways, and until it is written to the file under the other
+// policies, so that a crash of the process never loses an answered change.
 //
 // Records are numbered from 1 by a log sequence number (LSN). A checkpoint
 // records the LSN of the last change it holds (Mark); once it is durable,
@@ -38,12 +40,15 @@ const (
 	// SyncAlways fsyncs every batch before WaitDurable returns: a change is
 	// acknowledged only once it is on disk.
 	SyncAlways Sync = iota + 1
-	// SyncInterval writes every batch at once (so a crash of the process
-	// loses nothing written) and fsyncs at most Interval apart: a crash of
-	// the machine loses at most the last Interval.
+	// SyncInterval returns from WaitDurable once a change is written to
+	// the file (a crash of the process loses nothing answered), and a
+	// goroutine of its own fsyncs the file every Interval, so that writes
+	// never wait for an fsync: a crash of the machine loses about the
+	// last Interval.
 	SyncInterval
-	// SyncNever writes every batch at once and leaves fsync to the
-	// operating system (and to segment rotation and Close).
+	// SyncNever returns from WaitDurable once a change is written, and
+	// leaves fsync to the operating system (and to segment rotation and
+	// Close).
 	SyncNever
 )
 
@@ -76,7 +81,6 @@ func ParseSync(s string) (Sync, error) {
 const (
 	DefaultInterval     = 100 * time.Millisecond
 	DefaultSegmentBytes = 64 << 20
-	DefaultMaxBacklog   = 64 << 20
 )
 
 // Options configures a Log.
@@ -91,13 +95,6 @@ type Options struct {
 	// SegmentBytes starts a new segment file once the current one is this
 	// large; zero means DefaultSegmentBytes.
 	SegmentBytes int64
-	// MaxBacklog bounds, under SyncInterval and SyncNever, the bytes of
-	// records that were acknowledged but not yet written to the file,
-	// which a crash of the process loses: once the records queued for the
-	// writer pass it, WaitDurable waits for them to be written instead of
-	// returning at once, so that writers are held back to the disk's pace.
-	// Zero means DefaultMaxBacklog.
-	MaxBacklog int64
 	// SizeTrigger, if > 0, makes the writer call OnSize (from its own
 	// goroutine, once per Mark) when the records written since the last
 	// Mark pass this many bytes. The server takes a checkpoint then, which
@@ -174,7 +171,6 @@ type Log struct {
 		closed   bool   // Close was called
 		next     uint64 // LSN of the next record appended
 		pending  []entry
-		queued   int64 // bytes of the records appended and not yet written (about)
 		spare    []entry
 		logged   map[uint64]struct{} // chunks logged since the last Mark
 		written  uint64              // last LSN written to the file
@@ -188,6 +184,9 @@ type Log struct {
 	}
 	wake chan struct{}
 	done chan struct{}
+	// cur is the file of the writer's current segment, for the syncer:
+	// the writer stores it whenever it starts a segment.
+	cur atomic.Pointer[os.File]
 	// failed is set with mu.err, so that Err, called for every insert,
 	// does not take the lock while the log is sound.
 	failed atomic.Bool
@@ -195,11 +194,13 @@ type Log struct {
 	// testHookWrite, if set before Start, is called by the writer with
 	// each batch taken, before it writes it.
 	testHookWrite func()
+	// testHookSync, if set before Start, is called by the syncer before
+	// each fsync.
+	testHookSync func()
 
 	// Owned by the writer goroutine.
-	seg      *segment
-	buf      []byte
-	lastSync time.Time
+	seg *segment
+	buf []byte
 }
 
 // New returns a Log that keeps nothing until Start. It touches no files.
@@ -215,9 +216,6 @@ func New(opts Options) (*Log, error) {
 	}
 	if opts.SegmentBytes <= 0 {
 		opts.SegmentBytes = DefaultSegmentBytes
-	}
-	if opts.MaxBacklog <= 0 {
-		opts.MaxBacklog = DefaultMaxBacklog
 	}
 	l := &Log{opts: opts, log: opts.Logger, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	if l.log == nil {
@@ -249,7 +247,7 @@ func (l *Log) Start(last uint64) error {
 		return err
 	}
 	l.seg = seg
-	l.lastSync = time.Now()
+	l.cur.Store(seg.f)
 	l.mu.Lock()
 	l.mu.next = last + 1
 	l.mu.written, l.mu.durable = last, last
@@ -277,18 +275,16 @@ func (l *Log) Err() error {
 }
 
 // WaitDurable waits until every record up to lsn is durable under the sync
-// policy: fsynced under SyncAlways. Under the other policies it returns at
-// once while the records queued for the writer are within MaxBacklog, and
-// otherwise once the record lsn is written. It returns the log's write
-// error if there was one, ErrClosed if the log closed first, or ctx's
-// error.
+// policy: fsynced under SyncAlways, written to the file (the page cache)
+// under the others. It returns the log's write error if there was one,
+// ErrClosed if the log closed first, or ctx's error.
 func (l *Log) WaitDurable(ctx context.Context, lsn uint64) error {
 	for {
 		l.mu.Lock()
 		err, ch, closed := l.mu.err, l.mu.progress, l.mu.closed
 		ok := l.mu.durable >= lsn
 		if l.opts.Sync != SyncAlways {
-			ok = l.mu.written >= lsn || l.mu.queued <= l.opts.MaxBacklog
+			ok = l.mu.written >= lsn
 		}
 		l.mu.Unlock()
 		switch {
@@ -366,17 +362,6 @@ func (l *Log) poke() {
 func (l *Log) appendLocked(e entry) {
 	l.mu.pending = append(l.mu.pending, e)
 	l.mu.next++
-	l.mu.queued += e.size()
-}
-
-// size is about the bytes of e's record: its payload's large parts and a
-// fixed allowance for the rest.
-func (e *entry) size() int64 {
-	n := int64(64 + len(e.table) + len(e.traj))
-	if e.chunk != nil {
-		n += int64(e.chunk.Size())
-	}
-	return n
 }
 
 func (l *Log) insert(tbl string, it *table.Item) {
@@ -436,17 +421,14 @@ func (j *journal) OnRestore(*table.Item)   {}
 // run is the writer goroutine.
 func (l *Log) run() {
 	defer close(l.done)
-	var tick <-chan time.Time
+	stopSyncer := func() {}
 	if l.opts.Sync == SyncInterval {
-		t := time.NewTicker(l.opts.Interval)
-		defer t.Stop()
-		tick = t.C
+		stop, stopped := make(chan struct{}), make(chan struct{})
+		go l.syncEvery(stop, stopped)
+		stopSyncer = func() { close(stop); <-stopped }
 	}
 	for {
-		select {
-		case <-l.wake:
-		case <-tick:
-		}
+		<-l.wake
 		l.mu.Lock()
 		batch := l.mu.pending
 		first := l.mu.next - uint64(len(batch))
@@ -455,7 +437,7 @@ func (l *Log) run() {
 		l.mu.Unlock()
 
 		var err error
-		var n, queued int64
+		var n int64
 		if l.testHookWrite != nil {
 			l.testHookWrite()
 		}
@@ -463,7 +445,6 @@ func (l *Log) run() {
 			n, err = l.writeBatch(batch, first, rotateAt)
 		}
 		for i := range batch {
-			queued += batch[i].size()
 			if c := batch[i].chunk; c != nil {
 				c.Unref()
 			}
@@ -474,7 +455,6 @@ func (l *Log) run() {
 		if err == nil && !failed && l.needSync(closing) {
 			if err = l.seg.sync(); err == nil {
 				synced = true
-				l.lastSync = time.Now()
 			}
 		} else if err == nil && !failed && len(batch) > 0 && !l.seg.dirty {
 			// The batch ended at a Mark: its records went to the
@@ -487,7 +467,6 @@ func (l *Log) run() {
 
 		l.mu.Lock()
 		l.mu.spare = batch[:0]
-		l.mu.queued -= queued
 		if err != nil && l.mu.err == nil {
 			l.mu.err = err
 			l.failed.Store(true)
@@ -521,6 +500,7 @@ func (l *Log) run() {
 			l.cut(cutAt)
 		}
 		if closing && !more {
+			stopSyncer() // before the segment it syncs is closed
 			if err := l.seg.close(); err != nil {
 				l.mu.Lock()
 				if l.mu.err == nil {
@@ -537,17 +517,57 @@ func (l *Log) run() {
 	}
 }
 
+// needSync reports whether the writer fsyncs the batch it wrote. Under
+// SyncInterval the syncer does, apart from the last batch.
 func (l *Log) needSync(closing bool) bool {
-	if !l.seg.dirty {
-		return false
+	return l.seg.dirty && (closing || l.opts.Sync == SyncAlways)
+}
+
+// syncEvery is SyncInterval's syncer: every Interval, if records were
+// written since its last fsync, it fsyncs the current segment. It runs
+// beside the writer, so that a slow fsync (one that waits behind a
+// checkpoint's writes, say) holds back no write, and so no answer. The
+// segments the writer closed meanwhile were fsynced by the close.
+func (l *Log) syncEvery(stop <-chan struct{}, stopped chan<- struct{}) {
+	defer close(stopped)
+	t := time.NewTicker(l.opts.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		l.mu.Lock()
+		target, durable, failed := l.mu.written, l.mu.durable, l.mu.err != nil
+		l.mu.Unlock()
+		if failed || target <= durable {
+			continue
+		}
+		// Loaded after target: the records up to target are in this file
+		// or in segments closed before it was started.
+		f := l.cur.Load()
+		if l.testHookSync != nil {
+			l.testHookSync()
+		}
+		err := f.Sync()
+		if errors.Is(err, os.ErrClosed) {
+			continue // a rotation closed it: the next tick syncs the new one
+		}
+		l.mu.Lock()
+		if err != nil {
+			if l.mu.err == nil {
+				l.mu.err = fmt.Errorf("wal: %w", err)
+				l.failed.Store(true)
+				l.log.Error("write-ahead log failed; changes are no longer logged", "dir", l.opts.Dir, "err", err)
+			}
+		} else {
+			l.mu.durable = max(l.mu.durable, target)
+		}
+		close(l.mu.progress)
+		l.mu.progress = make(chan struct{})
+		l.mu.Unlock()
 	}
-	switch {
-	case closing, l.opts.Sync == SyncAlways:
-		return true
-	case l.opts.Sync == SyncInterval:
-		return time.Since(l.lastSync) >= l.opts.Interval
-	}
-	return false
 }
 
 // writeBatch encodes batch (whose first record is LSN first) and writes it,
@@ -577,6 +597,7 @@ func (l *Log) writeBatch(batch []entry, first, rotateAt uint64) (int64, error) {
 			return err
 		}
 		l.seg = seg
+		l.cur.Store(seg.f)
 		return nil
 	}
 	for i := range batch {
