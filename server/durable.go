@@ -111,9 +111,14 @@ func (s *Server) recoverWAL(mark uint64) error {
 			if err != nil {
 				return fmt.Errorf("%w: %s at byte offset %d: chunk: %v", wal.ErrCorrupt, r.File, r.Offset, err)
 			}
-			if _, ok := chunks[m.Key]; !ok {
-				chunks[m.Key] = s.chunks.InsertEncoded(m, r.ChunkBytes)
+			// A key logged again names new data: the client used it
+			// again once its chunk was released, and the items after
+			// this record want this copy. The loader's reference to
+			// the old one goes (the log deleted its items before).
+			if old := chunks[m.Key]; old != nil {
+				old.Unref()
 			}
+			chunks[m.Key] = s.chunks.InsertEncoded(m, r.ChunkBytes)
 			return nil
 		}
 		t, ok := s.tables[r.Table]

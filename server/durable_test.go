@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"bytes"
 	"errors"
 	"maps"
 	"math"
@@ -383,5 +384,44 @@ func TestRestoreRemovalsAreCheckpointed(t *testing.T) {
 	c := servertest.Start(t, cfg)
 	if got := keys(c); !slices.Equal(got, want) {
 		t.Fatalf("the next start holds other items than the one before:\n %v\nwant\n %v", got, want)
+	}
+}
+
+// TestDurableChunkKeyReuse: a chunk key used again once its first chunk is
+// released names new data, and recovery from the log must give the new
+// item the new data, not the first chunk's.
+func TestDurableChunkKeyReuse(t *testing.T) {
+	dir := t.TempDir()
+	cfg := durableConfig(dir, "always")
+	cfg.Tables = []server.TableConfig{{Name: "t", Sampler: selector.Spec{Kind: selector.KindFIFO},
+		Remover: selector.Spec{Kind: selector.KindFIFO}, MaxSize: 10, RateLimiter: server.MinSize(1)}}
+	a := servertest.Start(t, cfg)
+	withData := func(b byte) *reverbpb.ChunkData {
+		c := chunk(7, 1, 1)
+		c.GetData().GetTensors()[0].TensorContent = []byte{b, b, b, b}
+		return c
+	}
+	if _, err := insertAll(ctxT(t), a.Client, &reverbpb.InsertStreamRequest{
+		Chunks: []*reverbpb.ChunkData{withData(1)}, Items: []*reverbpb.PrioritizedItem{item(1, "t", 1, 7, 0, 1)}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Client.MutatePriorities(ctxT(t), &reverbpb.MutatePrioritiesRequest{Table: "t", DeleteKeys: []uint64{1}}); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := a.ChunkStoreStats(); n != 0 {
+		t.Fatalf("%d chunks held after the only item went", n)
+	}
+	if _, err := insertAll(ctxT(t), a.Client, &reverbpb.InsertStreamRequest{
+		Chunks: []*reverbpb.ChunkData{withData(2)}, Items: []*reverbpb.PrioritizedItem{item(2, "t", 1, 7, 0, 1)}}); err != nil {
+		t.Fatal(err)
+	}
+	a.Close() // no checkpoint: the restart replays the log
+	b := servertest.Start(t, cfg)
+	got := sampleAll(t, b.Client, "t", 1)
+	if len(got) != 1 || got[0].info.GetItem().GetKey() != 2 {
+		t.Fatalf("sampled %v, want item 2", got)
+	}
+	if want := []byte{2, 2, 2, 2}; !bytes.Equal(got[0].data[0], want) {
+		t.Fatalf("item 2's data after recovery: %v, want %v (the chunk it was inserted with)", got[0].data[0], want)
 	}
 }

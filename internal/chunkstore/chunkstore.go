@@ -31,9 +31,10 @@ type Store struct {
 	shards [numShards]shard
 	count  atomic.Int64
 	bytes  atomic.Int64
-	tier   *tier    // nil in memory mode
-	free   freeList // memory mode: released buffers for reuse (recycle.go)
-	slots  slots    // the chunks the shards' indexes hold (index.go)
+	nextID atomic.Uint64 // the last Chunk.id given out
+	tier   *tier         // nil in memory mode
+	free   freeList      // memory mode: released buffers for reuse (recycle.go)
+	slots  slots         // the chunks the shards' indexes hold (index.go)
 }
 
 type shard struct {
@@ -122,9 +123,7 @@ func (s *Store) insert(m Meta, enc []byte, recycle bool) *Chunk {
 	if recycle {
 		c.bufRefs.Store(1) // dropped by the release
 	}
-	if s.tier != nil {
-		c.id = s.tier.nextID.Add(1)
-	}
+	c.id = s.nextID.Add(1)
 	sh := s.shard(m.Key)
 	sh.mu.Lock()
 	old := sh.m.get(m.Key)
@@ -214,7 +213,7 @@ type Chunk struct {
 	// The metadata never changes.
 	episode uint64
 	rows    []int64 // leading dimension of each tensor, -1 if unknown
-	id      uint64  // tiered mode: the spill key, unique in the store, never reused
+	id      uint64  // unique in the store, never reused; the spill key in the tiered modes
 
 	// Guarded by store.tier.mu in the tiered modes, as buf.
 	prev, next *Chunk // links in the LRU list; nil when not in it
@@ -272,6 +271,10 @@ func (c *Chunk) PrefetchIndex() { c.store.Prefetch(c.key) }
 
 // Key is the client-chosen chunk key.
 func (c *Chunk) Key() uint64 { return c.key }
+
+// ID is a number no other chunk of the store has had: a key used again
+// once its chunk was released names a chunk with another ID.
+func (c *Chunk) ID() uint64 { return c.id }
 
 // Encoded returns the chunk's ChunkData encoding, as received. Callers must
 // not modify it. They may keep it as long as they hold a reference or a pin

@@ -108,7 +108,6 @@ type tier struct {
 	spill        Spill
 	limit        int64
 	writeThrough bool
-	nextID       atomic.Uint64
 
 	// Counters, for Stats; updated atomically.
 	hits, coldReads, readErrors atomic.Int64

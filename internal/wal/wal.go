@@ -172,7 +172,7 @@ type Log struct {
 		next     uint64 // LSN of the next record appended
 		pending  []entry
 		spare    []entry
-		logged   map[uint64]struct{} // chunks logged since the last Mark
+		logged   map[uint64]uint64   // key to Chunk.ID of the chunks logged since the last Mark
 		written  uint64              // last LSN written to the file
 		durable  uint64              // last LSN fsynced
 		err      error               // the first write or sync error
@@ -221,7 +221,7 @@ func New(opts Options) (*Log, error) {
 	if l.log == nil {
 		l.log = slog.Default()
 	}
-	l.mu.logged = make(map[uint64]struct{})
+	l.mu.logged = make(map[uint64]uint64)
 	l.mu.progress = make(chan struct{})
 	return l, nil
 }
@@ -371,10 +371,12 @@ func (l *Log) insert(tbl string, it *table.Item) {
 		return
 	}
 	for _, c := range it.Chunks {
-		if _, ok := l.mu.logged[c.Key()]; ok {
+		// By ID, not key: a key used again once its chunk was
+		// released names new data, which must be logged too.
+		if l.mu.logged[c.Key()] == c.ID() {
 			continue
 		}
-		l.mu.logged[c.Key()] = struct{}{}
+		l.mu.logged[c.Key()] = c.ID()
 		c.Ref() // the item holds one, so the chunk is live
 		l.appendLocked(entry{op: OpChunk, chunk: c})
 	}
