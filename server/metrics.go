@@ -97,6 +97,12 @@ var (
 	descCheckpoints       = prometheus.NewDesc("reverie_checkpoints_total", "Checkpoints written (result=ok) or failed (result=error).", []string{"result"}, nil)
 	descCheckpointSeconds = prometheus.NewDesc("reverie_checkpoint_last_duration_seconds", "How long the last successful checkpoint took to write.", nil, nil)
 	descCheckpointTime    = prometheus.NewDesc("reverie_checkpoint_last_success_timestamp_seconds", "When the last successful checkpoint ended, Unix time.", nil, nil)
+	descChunkMemory       = prometheus.NewDesc("reverie_chunk_memory_bytes", "Hybrid and disk modes: chunk data held in memory, bytes (the rest is only in the spill).", nil, nil)
+	descChunkReads        = prometheus.NewDesc("reverie_chunk_reads_total", "Hybrid and disk modes: chunk reads, by where the data came from (memory, or spill for a cold read).", []string{"source"}, nil)
+	descChunkReadErrors   = prometheus.NewDesc("reverie_chunk_read_errors_total", "Hybrid and disk modes: chunk reads from the spill that failed.", nil, nil)
+	descSpillWrites       = prometheus.NewDesc("reverie_chunk_spill_writes_total", "Hybrid and disk modes: chunks written to the spill (result=ok) or whose write failed, leaving the data in memory (result=error).", []string{"result"}, nil)
+	descSpillDeletes      = prometheus.NewDesc("reverie_chunk_spill_deletes_total", "Hybrid and disk modes: released chunks deleted from the spill.", nil, nil)
+	descSpillDeleteErrors = prometheus.NewDesc("reverie_chunk_spill_delete_errors_total", "Hybrid and disk modes: batches of spill deletes that failed twice; their entries stay in the spill until the next start wipes it.", nil, nil)
 	descRPCStarted        = prometheus.NewDesc("reverie_rpcs_started_total", "Calls started, by gRPC method (a stream counts once).", []string{"method"}, nil)
 	descRPCHandled        = prometheus.NewDesc("reverie_rpcs_handled_total", "Calls ended, by gRPC method and status code.", []string{"method", "code"}, nil)
 )
@@ -106,16 +112,18 @@ type collector struct{ s *Server }
 
 // Collector returns a Prometheus collector of the server's metrics: per
 // table, items held, inserts, samples, updates, deletes, callers blocked
-// on the rate limiter and how long they waited; the chunk store's size;
-// checkpoints; and
-// calls by method and status code. Register it with a registry of the
+// on the rate limiter and how long they waited; the chunk store's size,
+// and in the hybrid and disk modes its memory and spill traffic;
+// checkpoints; and calls by method and status code. Register it with a registry of the
 // program's (`reverie serve --metrics ADDR` serves one on /metrics).
 func (s *Server) Collector() prometheus.Collector { return collector{s} }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descTableItems, descTableMaxItems, descTableEpisodes, descTableInserts,
 		descTableSamples, descTableUpdates, descTableDeletes, descTableResets, descTablePendingIns,
-		descTablePendingSmp, descTableInsertWait, descTableSampleWait, descChunks, descChunkBytes, descCheckpoints, descCheckpointSeconds,
+		descTablePendingSmp, descTableInsertWait, descTableSampleWait, descChunks, descChunkBytes,
+		descChunkMemory, descChunkReads, descChunkReadErrors, descSpillWrites, descSpillDeletes, descSpillDeleteErrors,
+		descCheckpoints, descCheckpointSeconds,
 		descCheckpointTime, descRPCStarted, descRPCHandled} {
 		ch <- d
 	}
@@ -148,6 +156,17 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(descChunks, float64(s.chunks.Len()))
 	gauge(descChunkBytes, float64(s.chunks.Bytes()))
+	if s.chunks.Tiered() {
+		st := s.chunks.Stats()
+		gauge(descChunkMemory, float64(st.MemoryBytes))
+		counter(descChunkReads, float64(st.Hits), "memory")
+		counter(descChunkReads, float64(st.ColdReads), "spill")
+		counter(descChunkReadErrors, float64(st.ReadErrors))
+		counter(descSpillWrites, float64(st.Spills), "ok")
+		counter(descSpillWrites, float64(st.SpillErrors), "error")
+		counter(descSpillDeletes, float64(st.Deletes))
+		counter(descSpillDeleteErrors, float64(st.DeleteErrors))
+	}
 	m := &s.metrics
 	counter(descCheckpoints, float64(m.checkpointsOK.Load()), "ok")
 	counter(descCheckpoints, float64(m.checkpointsFailed.Load()), "error")

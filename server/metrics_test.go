@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"fmt"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -152,6 +153,49 @@ func TestMetricsWaits(t *testing.T) {
 		}
 		if b.GetUpperBound() == 60 && b.GetCumulativeCount() != 1 {
 			t.Errorf("bucket le=60 holds %d, want 1", b.GetCumulativeCount())
+		}
+	}
+}
+
+// TestMetricsSpill: in hybrid mode the chunk store's memory and spill
+// traffic show in the metrics, as StorageStats counts them; in memory mode
+// they are absent.
+func TestMetricsSpill(t *testing.T) {
+	cfg := testConfig(uniformTable("u", 100, server.MinSize(1)))
+	cfg.Storage = server.StorageConfig{Mode: server.StorageHybrid, MemoryLimitBytes: 25 << 10, Dir: filepath.Join(t.TempDir(), "spill")}
+	s := servertest.Start(t, cfg)
+	insertBig(t, s.Client, "u", 20, 2500) // 10 kB chunks: most spill
+	if _, err := sampleN(ctxT(t), s.Client, "u", 50, 1000); err != nil {
+		t.Fatal(err)
+	}
+	if problems, err := testutil.CollectAndLint(s.Collector()); err != nil || len(problems) > 0 {
+		t.Fatalf("lint: %v %+v", err, problems)
+	}
+	got := gather(t, s.Collector())
+	st := s.StorageStats()
+	if st.Spills == 0 || st.ColdReads == 0 {
+		t.Fatalf("nothing spilled or read cold: %+v", st)
+	}
+	for name, want := range map[string]int64{
+		`reverie_chunk_spill_writes_total{result=ok}`:    st.Spills,
+		`reverie_chunk_spill_writes_total{result=error}`: 0,
+		`reverie_chunk_reads_total{source=spill}`:        st.ColdReads,
+		`reverie_chunk_reads_total{source=memory}`:       st.Hits,
+		`reverie_chunk_read_errors_total{}`:              0,
+		`reverie_chunk_spill_delete_errors_total{}`:      0,
+	} {
+		if v, ok := got[name]; !ok || v != float64(want) {
+			t.Errorf("%s = %v (present %v), want %v", name, v, ok, want)
+		}
+	}
+	if v := got[`reverie_chunk_memory_bytes{}`]; !(v > 0 && v <= 25<<10) {
+		t.Errorf("memory bytes %v, want in (0, 25 KiB]", v)
+	}
+
+	mem := servertest.Start(t, testConfig(uniformTable("u", 100, server.MinSize(1))))
+	for name := range gather(t, mem.Collector()) {
+		if strings.HasPrefix(name, "reverie_chunk_spill") || strings.HasPrefix(name, "reverie_chunk_reads") {
+			t.Errorf("memory mode reports %s", name)
 		}
 	}
 }

@@ -81,6 +81,10 @@ type Stats struct {
 	Spills, SpillErrors, Deletes, DeleteErrors int64
 }
 
+// Tiered reports whether the store keeps data in a spill (the hybrid and
+// disk modes).
+func (s *Store) Tiered() bool { return s.tier != nil }
+
 // Stats returns the store's figures; zero in memory mode.
 func (s *Store) Stats() Stats {
 	t := s.tier
