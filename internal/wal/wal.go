@@ -172,15 +172,15 @@ type Log struct {
 		next     uint64 // LSN of the next record appended
 		pending  []entry
 		spare    []entry
-		logged   map[uint64]uint64   // key to Chunk.ID of the chunks logged since the last Mark
-		written  uint64              // last LSN written to the file
-		durable  uint64              // last LSN fsynced
-		err      error               // the first write or sync error
-		progress chan struct{}       // closed and replaced when written or durable advance
-		rotateAt uint64              // start a new segment after this LSN (a Mark); 0 if none
-		cutAt    uint64              // remove segments wholly at or before this LSN
-		sinceMk  int64               // bytes written since the last Mark
-		fired    bool                // OnSize called since the last Mark
+		logged   map[uint64]uint64 // key to Chunk.ID of the chunks logged since the last Mark
+		written  uint64            // last LSN written to the file
+		durable  uint64            // last LSN fsynced
+		err      error             // the first write or sync error
+		progress chan struct{}     // closed and replaced when written or durable advance
+		rotateAt uint64            // start a new segment after this LSN (a Mark); 0 if none
+		cutAt    uint64            // remove segments wholly at or before this LSN
+		sinceMk  int64             // bytes written since the last Mark
+		fired    bool              // OnSize called since the last Mark
 	}
 	wake chan struct{}
 	done chan struct{}
