@@ -168,7 +168,9 @@ func checkDir(dir string) error {
 	if err != nil {
 		return fmt.Errorf("diskstore: %w", err)
 	}
-	if len(ents) == 0 {
+	// Only the lock file: a crash in Open after it took the lock and
+	// before it wrote the marker.
+	if len(ents) == 0 || len(ents) == 1 && ents[0].Name() == lockFile {
 		return nil
 	}
 	if _, err := os.Stat(filepath.Join(dir, MarkerFile)); err != nil {
@@ -178,14 +180,20 @@ func checkDir(dir string) error {
 }
 
 // wipe empties dir, a spill directory whose lock the caller holds, but for
-// the lock file.
-func wipe(dir string) error {
+// the lock file and the marker, which open writes again: a crash in the
+// middle must not leave files without the marker, which the next Open
+// would refuse to wipe.
+func wipe(dir string) error { return wipeExcept(dir, "") }
+
+// wipeExcept is wipe, which also keeps the entry named keep (for tests: a
+// wipe that a crash cut short).
+func wipeExcept(dir, keep string) error {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return fmt.Errorf("diskstore: %w", err)
 	}
 	for _, e := range ents {
-		if e.Name() == lockFile {
+		if n := e.Name(); n == lockFile || n == MarkerFile || n == keep {
 			continue
 		}
 		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
@@ -292,7 +300,15 @@ func (s *Store) Close() error {
 	}
 	err := s.db.Close()
 	s.db = nil
-	err = errors.Join(err, wipe(s.dir), s.lock.Close(), os.Remove(filepath.Join(s.dir, lockFile)))
+	if err == nil {
+		// The marker goes after the rest, the lock file last: a crash
+		// at any point leaves a directory the next Open takes back.
+		err = wipe(s.dir)
+		if err == nil {
+			err = os.Remove(filepath.Join(s.dir, MarkerFile))
+		}
+	}
+	err = errors.Join(err, s.lock.Close(), os.Remove(filepath.Join(s.dir, lockFile)))
 	return err
 }
 
