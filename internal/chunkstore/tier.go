@@ -312,6 +312,9 @@ func (t *tier) moveToFrontLocked(c *Chunk) {
 
 // deleteLocked queues id for deletion from the spill.
 func (t *tier) deleteLocked(id uint64) {
+	if t.mu.closed {
+		return // nobody would take it; the spill's owner wipes it at close
+	}
 	t.mu.deleting = append(t.mu.deleting, id)
 	if len(t.mu.deleting) == 1 {
 		select {

@@ -282,3 +282,27 @@ func TestNewTieredValidates(t *testing.T) {
 		}
 	}
 }
+
+// TestReleaseAfterCloseQueuesNothing: chunks released after Close (the
+// server releases its tables after closing the store) queue no spill
+// deletes, which no goroutine would ever take.
+func TestReleaseAfterCloseQueuesNothing(t *testing.T) {
+	sp := NewMemSpill()
+	s := newTiered(t, Disk, 200, sp)
+	var cs []*Chunk
+	for k := uint64(1); k <= 10; k++ {
+		cs = append(cs, s.Insert(payloadChunk(k, 100)))
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cs {
+		c.Unref()
+	}
+	s.tier.mu.Lock()
+	n := len(s.tier.mu.deleting)
+	s.tier.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d spill deletes queued after Close", n)
+	}
+}
