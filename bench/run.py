@@ -175,6 +175,11 @@ class Server:
     self.proc = None
     self.port = None
     self.metrics_port = None
+    # CPU accounting: what the server used from serving to stop, and how
+    # much of it fell in windows (measured or not: prefills count too).
+    self.cpu_serving = None
+    self.windows_cpu = 0.0
+    self.info_record = None  # the dict in the results' meta, filled at stop
 
   def __enter__(self):
     logf = open(self.log_path, 'w')
@@ -211,6 +216,7 @@ class Server:
       raise RuntimeError(f'{self.kind} did not start; see {self.log_path}')
     self.pid = self.proc.pid
     self.startup_sec = time.monotonic() - t0
+    self.cpu_serving = procstat.cpu_seconds(self.pid)
     self.idle_rss_mb = round(procstat.status_kb(self.pid, 'VmRSS') / 1024, 1)
     log(f'{self.kind} serving {os.path.basename(self.config)} on 127.0.0.1:{self.port}'
         f' (pid {self.pid}, up in {self.startup_sec:.1f}s, RSS {self.idle_rss_mb} MB)')
@@ -229,6 +235,15 @@ class Server:
     return procstat.gc_counters(self.metrics_port)
 
   def stop(self):
+    if self.proc and self.proc.poll() is None and self.cpu_serving is not None and self.info_record is not None:
+      # CPU outside every window: between runs (a collection finishing
+      # after a run, the scavenger, idle threads), the harness's metrics
+      # reads (reverie), and the dm-reverb driver's set-up between its
+      # runs. The per-run figures do not count it.
+      life = procstat.cpu_seconds(self.pid) - self.cpu_serving
+      self.info_record['serving_cpu_sec'] = round(life, 3)
+      self.info_record['windows_cpu_sec'] = round(self.windows_cpu, 3)
+      self.info_record['outside_windows_cpu_sec'] = round(life - self.windows_cpu, 3)
     if self.proc and self.proc.poll() is None:
       self.proc.send_signal(signal.SIGTERM)
       try:
@@ -388,6 +403,8 @@ class Bench:
         return [], win.stop()
     stats = win.stop()
     ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if stats and isinstance(server, Server):
+      server.windows_cpu += stats['cpu_sec']
     if stats:
       stats['client_cpu_sec'] = round(ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime, 3)
       procstat.add_gc(stats, gc0, server.gc() if gc0 else None)
@@ -414,6 +431,8 @@ class Bench:
 
   def _record(self, workload, server, client, report, stats, **extra):
     st = report.pop('server', None) or stats  # the driver measures its own window
+    if stats is None and st and isinstance(server, Server):
+      server.windows_cpu += st['cpu_sec']
     rec = {'workload': workload, 'server': server.kind, 'client': client}
     rec.update(extra)
     rec.update(report)
@@ -686,6 +705,7 @@ class Bench:
           for srv in servers + ([self.own] if self.own else []):
             info = srv.info()
             info['group'] = name
+            srv.info_record = info
             self.servers.setdefault(srv.kind, []).append(info)
           for step in steps:
             step(servers)

@@ -512,6 +512,18 @@ def render(outdir):
     for kind, infos in meta['servers'].items():
       if kind in SERVERS and infos:
         out.append(f"{NAMES[kind]}: up in {infos[0]['startup_sec']} s, idle RSS {infos[0]['idle_rss_mb']} MB.")
+    outside = []
+    for kind, infos in meta['servers'].items():
+      done = [i for i in infos if 'serving_cpu_sec' in i]
+      if kind in NAMES and done:
+        life = sum(i['serving_cpu_sec'] for i in done)
+        off = sum(i['outside_windows_cpu_sec'] for i in done)
+        outside.append(f"{NAMES[kind]} {off:.1f} s of {life:.1f} s ({100 * off / life if life else 0:.1f}%)")
+    if outside:
+      out.append('Server CPU outside every run\'s window (between runs: collections ending after a run, '
+                 'the scavenger, idle threads; the harness\'s metrics reads of reverie; the dm-reverb '
+                 'driver\'s set-up), which the per-run figures do not count, summed over the server '
+                 'processes from serving to stop: ' + '; '.join(outside) + '.')
     if reps > 1:
       once = single_runs(outdir)
       out.append(f'Every configuration ran {reps} times against each server (and bench/echo)'
