@@ -17,7 +17,8 @@ type Extension interface {
 	// OnDelete runs after an item leaves the table by delete, eviction or
 	// max_times_sampled (not by Reset).
 	OnDelete(item *Item)
-	// OnReset runs after every item was removed by Reset.
+	// OnReset runs when Reset removes every item, before their chunk
+	// references are dropped (as OnDelete runs before an item's are).
 	OnReset()
 }
 

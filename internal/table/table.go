@@ -621,6 +621,11 @@ func (t *Table) Reset() error {
 	if t.mu.closed {
 		return ErrClosed
 	}
+	// Reported before the chunks go, as a delete is: a log must record
+	// the reset before a client can use a released chunk's key again.
+	for _, e := range t.exts {
+		e.OnReset()
+	}
 	t.mu.keys.all(func(_ uint64, slot selector.Slot) {
 		it := t.mu.items.at(slot)
 		t.dropChunksLocked(it.Seq, it.Chunks)
@@ -633,9 +638,6 @@ func (t *Table) Reset() error {
 	clear(t.mu.episodes)
 	t.mu.numDeletedEpisodes = 0
 	t.mu.numUniqueSamples = 0
-	for _, e := range t.exts {
-		e.OnReset()
-	}
 	t.pumpLocked()
 	return nil
 }

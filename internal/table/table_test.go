@@ -598,3 +598,32 @@ func TestSampleInto(t *testing.T) {
 		out[i].Unpin()
 	}
 }
+
+// resetProbe records how many chunks the store still held when OnReset ran.
+type resetProbe struct {
+	NoopExtension
+	store  *chunkstore.Store
+	chunks int
+}
+
+func (p *resetProbe) OnReset() { p.chunks = p.store.Len() }
+
+// TestResetReportedBeforeChunksGo: a Reset reaches the extensions before
+// the items' chunks are released, as a delete does. Otherwise a client
+// could use a released chunk's key for new data, and have that logged,
+// before the log records the reset that released it: replay would then
+// find the old chunk still held and give the new items its bytes.
+func TestResetReportedBeforeChunksGo(t *testing.T) {
+	f := newFixture(t, fifo, fifo, 10, 0, ratelimit.MinSize(1))
+	probe := &resetProbe{store: f.store, chunks: -1}
+	f.table.exts = append(f.table.exts, probe)
+	f.insert(1, 1)
+	f.insert(2, 1)
+	if err := f.table.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	if probe.chunks != 2 {
+		t.Fatalf("OnReset saw %d chunks held, want the 2 of the items it reports removed", probe.chunks)
+	}
+	f.checkNoChunks()
+}
