@@ -81,6 +81,12 @@ func (s *Server) checkpointAtStart() error {
 		return err
 	}
 	<-r.done
+	if errors.Is(r.err, ErrSnapshotUpload) {
+		// The local checkpoint, which is what recovery needs, was
+		// written; an unreachable bucket must not stop the start.
+		s.log.Warn("checkpointed the tables as restored, but the snapshot upload failed", "err", r.err)
+		return nil
+	}
 	if r.err == nil {
 		s.log.Info("checkpointed the tables as restored: the config removed items, and the log does not record that", "dir", r.dir)
 	}

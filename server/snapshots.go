@@ -100,9 +100,10 @@ func (s *Server) openSnapshots() error {
 	if s.cfg.Snapshots.URL == "" {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Snapshots.timeout())
-	defer cancel()
-	b, err := remote.Open(ctx, s.cfg.Snapshots.URL)
+	// Not a context that ends: a driver may keep the one it opens with
+	// (gs:// keeps it for its credentials, and refreshes them with it).
+	// Opening does not contact the bucket.
+	b, err := remote.Open(context.Background(), s.cfg.Snapshots.URL)
 	if err != nil {
 		return fmt.Errorf("%w: remote_snapshots.url: %v", ErrInvalidConfig, err)
 	}

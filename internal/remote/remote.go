@@ -71,7 +71,12 @@ type Bucket struct {
 func CheckURL(rawURL string) error {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrBadURL, err)
+		// url.Parse's error quotes the URL, with any password in it.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return fmt.Errorf("%w: the URL does not parse: %v", ErrBadURL, err)
 	}
 	if u.Scheme == "gs" && !gcsLinked {
 		return fmt.Errorf("%w: %s: this binary was built without gs:// support: rebuild with -tags gcs", ErrBadURL, u.Redacted())
@@ -82,6 +87,22 @@ func CheckURL(rawURL string) error {
 	}
 	if u.Host == "" && u.Path == "" && u.Opaque == "" {
 		return fmt.Errorf("%w: %s: no bucket or directory", ErrBadURL, u.Redacted())
+	}
+	switch u.Scheme {
+	case "s3", "gs":
+		// The drivers open the bucket the host names and ignore the
+		// path: servers given s3://b/trial-7 and s3://b/trial-8 would
+		// share the bucket's root, and prune each other's snapshots.
+		if p := strings.Trim(u.Path, "/"); p != "" {
+			return fmt.Errorf("%w: %s: the path %q would be ignored (objects go to the root of bucket %q): name it in the prefix parameter instead, as in %s://%s?prefix=%s/",
+				ErrBadURL, u.Redacted(), u.Path, u.Host, u.Scheme, u.Host, p)
+		}
+	case "file":
+		// The driver ignores the host but for "." (a relative path).
+		if u.Host != "" && u.Host != "." && u.Host != "localhost" {
+			return fmt.Errorf("%w: %s: the host %q would be ignored: want file:///absolute/path or file://./relative/path",
+				ErrBadURL, u.Redacted(), u.Host)
+		}
 	}
 	return nil
 }
@@ -99,9 +120,21 @@ func Open(ctx context.Context, rawURL string) (*Bucket, error) {
 	}
 	u, _ := url.Parse(rawURL)
 	shown := u.Redacted()
-	b, err := blob.OpenBucket(ctx, rawURL)
+	if u.Scheme == "file" && !u.Query().Has("no_tmp_dir") {
+		// Write each object's temporary file beside it, not in the
+		// system's temporary directory: renaming it into place fails
+		// across file systems (a shared mount), and a checkpoint-sized
+		// file in a tmpfs /tmp takes memory.
+		q := u.Query()
+		q.Set("no_tmp_dir", "1")
+		u.RawQuery = q.Encode()
+	}
+	b, err := blob.OpenBucket(ctx, u.String())
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrBadURL, shown, err)
+		// The drivers' errors quote the URL whole, password and all.
+		msg := strings.ReplaceAll(err.Error(), u.String(), shown)
+		msg = strings.ReplaceAll(msg, rawURL, shown)
+		return nil, fmt.Errorf("%w: %s: %s", ErrBadURL, shown, msg)
 	}
 	return &Bucket{b: b, url: shown}, nil
 }
@@ -164,7 +197,7 @@ func (b *Bucket) list(ctx context.Context) ([]Snapshot, error) {
 			return nil, fmt.Errorf("remote: list %s: %w", b.url, err)
 		}
 		name, base, ok := strings.Cut(obj.Key, "/")
-		if !ok || (base != checkpoint.FileName && base != checkpoint.DoneName) {
+		if !ok {
 			continue
 		}
 		t, ok := checkpoint.ParseDirName(name)
@@ -176,11 +209,14 @@ func (b *Bucket) list(ctx context.Context) ([]Snapshot, error) {
 			s = &Snapshot{Name: name, Time: t, Size: -1}
 			byName[name] = s
 		}
-		if base == checkpoint.FileName {
+		switch base {
+		case checkpoint.FileName:
 			s.Size = obj.Size
-		} else {
+		case checkpoint.DoneName:
 			s.Complete = true
 		}
+		// Anything else (an upload's temporary object) makes the name
+		// an incomplete snapshot, which Prune removes in its turn.
 	}
 	snaps := make([]Snapshot, 0, len(byName))
 	for _, s := range byName {
@@ -225,6 +261,19 @@ func (b *Bucket) Upload(ctx context.Context, dir string) (Snapshot, error) {
 // not fail the upload: it is returned as pruneErr, with the names removed
 // before it.
 func (b *Bucket) UploadKeep(ctx context.Context, dir string, keep int) (snap Snapshot, removed []string, pruneErr, err error) {
+	// A newer snapshot in the bucket (another server's under the same
+	// prefix, or one made where the clock was ahead) would make the
+	// prune remove this one, and a restore take the other: refuse.
+	name := filepath.Base(dir)
+	latest, ok, err := b.Latest(ctx)
+	if err != nil {
+		return Snapshot{}, nil, nil, err
+	}
+	if ok && latest.Name > name {
+		return Snapshot{}, nil, nil, fmt.Errorf("remote: upload %s to %s: the bucket holds a newer snapshot, %s "+
+			"(another server uses this bucket and prefix, or a clock was ahead); not uploaded, since pruning "+
+			"would remove this one and a restore would take the newer", name, b.url, latest.Name)
+	}
 	pruned := false
 	if keep >= 2 {
 		snap, err = b.upload(ctx, dir, func() {
@@ -270,7 +319,10 @@ func (b *Bucket) upload(ctx context.Context, dir string, beforeDone func()) (Sna
 		return Snapshot{}, b.errorf(err, "check", doneKey(name))
 	}
 	if done {
-		return snap, nil
+		// Complete already, unless its file is missing or short.
+		if attrs, err := b.b.Attributes(ctx, fileKey(name)); err == nil && attrs.Size == st.Size() {
+			return snap, nil
+		}
 	}
 
 	key := fileKey(name)
@@ -382,12 +434,35 @@ func (b *Bucket) Prune(ctx context.Context, keep int) ([]string, error) {
 		if s.Name >= oldestKept {
 			break
 		}
-		for _, key := range []string{doneKey(s.Name), fileKey(s.Name)} {
-			if err := b.b.Delete(ctx, key); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
-				return removed, b.errorf(err, "delete", key)
-			}
+		if err := b.remove(ctx, s.Name); err != nil {
+			return removed, err
 		}
 		removed = append(removed, s.Name)
 	}
 	return removed, nil
+}
+
+// remove deletes every object of the snapshot name: DONE first, then the
+// rest (its file, and any temporary object an upload left).
+func (b *Bucket) remove(ctx context.Context, name string) error {
+	keys := []string{doneKey(name)}
+	it := b.b.List(&blob.ListOptions{Prefix: name + "/"})
+	for {
+		obj, err := it.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return b.errorf(err, "list", name+"/")
+		}
+		if obj.Key != doneKey(name) {
+			keys = append(keys, obj.Key)
+		}
+	}
+	for _, key := range keys {
+		if err := b.b.Delete(ctx, key); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+			return b.errorf(err, "delete", key)
+		}
+	}
+	return nil
 }

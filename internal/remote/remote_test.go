@@ -110,6 +110,9 @@ var suite = []struct {
 	{"UploadCancelled", testUploadCancelled},
 	{"Prune", testPrune},
 	{"UploadKeep", testUploadKeep},
+	{"NewerSnapshotRefused", testNewerSnapshotRefused},
+	{"PruneRemovesStrays", testPruneRemovesStrays},
+	{"DoneWithoutFile", testDoneWithoutFile},
 }
 
 // TestFile runs the suite against file:// buckets in fresh directories.
@@ -294,6 +297,12 @@ func TestCheckURL(t *testing.T) {
 		{"/srv/snapshots", false},
 		{"s3://", false},
 		{"::", false},
+		{"s3://bucket/", true},
+		{"s3://bucket/trial-7", false}, // the driver would ignore the path
+		{"s3://bucket/trial-7/?region=us-east-1", false},
+		{"file://mnt/snapshots", false}, // the driver would ignore the host
+		{"file://./snapshots", true},
+		{"file://localhost/srv/snapshots", true},
 	}
 	for _, tt := range tests {
 		err := CheckURL(tt.url)
@@ -387,5 +396,89 @@ func testUploadKeep(t *testing.T, b *Bucket) {
 	}
 	if got := complete(); len(got) != 1 || got[0] != filepath.Base(dir) {
 		t.Fatalf("after uploading a complete snapshot again with keep 1: %v", got)
+	}
+}
+
+// TestBadURLHidesCredentials: a URL that does not parse is not quoted
+// back, since it may hold a password.
+func TestBadURLHidesCredentials(t *testing.T) {
+	err := CheckURL("s3://AKIAEXAMPLE:se%zzcret@bucket")
+	if err == nil || strings.Contains(err.Error(), "AKIAEXAMPLE") || strings.Contains(err.Error(), "cret") {
+		t.Fatalf("CheckURL: %v", err)
+	}
+}
+
+// TestFileWithoutTempDir: a file:// bucket writes its temporary objects
+// beside the final ones, not in the system's temporary directory, which
+// may be another file system (the rename into place would fail) or
+// missing.
+func TestFileWithoutTempDir(t *testing.T) {
+	b := openT(t, "file://"+filepath.ToSlash(t.TempDir()))
+	t.Setenv("TMPDIR", filepath.Join(t.TempDir(), "missing"))
+	dir := writeCheckpoint(t, t.TempDir(), t0, 1, 10)
+	if _, err := b.Upload(ctxT(t), dir); err != nil {
+		t.Fatalf("upload with TMPDIR missing: %v", err)
+	}
+}
+
+// testNewerSnapshotRefused: UploadKeep refuses a checkpoint older than
+// the bucket's newest snapshot (another server's, or one made where the
+// clock was ahead), which its prune would otherwise remove.
+func testNewerSnapshotRefused(t *testing.T, b *Bucket) {
+	ctx := ctxT(t)
+	local := t.TempDir()
+	newer := writeCheckpoint(t, local, t0.Add(time.Hour), 1, 10)
+	if _, _, _, err := b.UploadKeep(ctx, newer, 2); err != nil {
+		t.Fatal(err)
+	}
+	older := writeCheckpoint(t, t.TempDir(), t0, 1, 10)
+	_, _, _, err := b.UploadKeep(ctx, older, 2)
+	if err == nil || !strings.Contains(err.Error(), filepath.Base(newer)) {
+		t.Fatalf("upload of a checkpoint older than the bucket's newest: %v", err)
+	}
+	snaps, err := b.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snaps) != 1 || snaps[0].Name != filepath.Base(newer) || !snaps[0].Complete {
+		t.Fatalf("bucket holds %+v, want only %s", snaps, filepath.Base(newer))
+	}
+}
+
+// testPruneRemovesStrays: a snapshot that Prune removes loses every
+// object under its name, not only its file and DONE: an upload cut short
+// can leave a temporary object, and a snapshot of nothing else is still
+// one to prune.
+func testPruneRemovesStrays(t *testing.T, b *Bucket) {
+	ctx := ctxT(t)
+	stray := checkpoint.DirName(t0) + "/" + checkpoint.FileName + ".1234.tmp"
+	if err := b.b.WriteAll(ctx, stray, []byte("partial"), nil); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 2; i++ {
+		dir := writeCheckpoint(t, t.TempDir(), t0.Add(time.Duration(i)*time.Minute), 1, 10)
+		if _, _, pruneErr, err := b.UploadKeep(ctx, dir, 1); err != nil || pruneErr != nil {
+			t.Fatal(err, pruneErr)
+		}
+	}
+	if ok, err := b.b.Exists(ctx, stray); err != nil || ok {
+		t.Fatalf("stray object of a pruned snapshot: exists %v (%v)", ok, err)
+	}
+}
+
+// testDoneWithoutFile: a DONE whose file is missing does not make Upload
+// skip the snapshot.
+func testDoneWithoutFile(t *testing.T, b *Bucket) {
+	ctx := ctxT(t)
+	dir := writeCheckpoint(t, t.TempDir(), t0, 1, 10)
+	if err := b.b.WriteAll(ctx, doneKey(filepath.Base(dir)), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Upload(ctx, dir); err != nil {
+		t.Fatal(err)
+	}
+	s, ok, err := b.Latest(ctx)
+	if err != nil || !ok || s.Name != filepath.Base(dir) || s.Size <= 0 {
+		t.Fatalf("after the upload: %+v, %v, %v", s, ok, err)
 	}
 }
