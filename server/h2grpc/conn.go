@@ -91,14 +91,17 @@ type conn struct {
 	// running counts the handlers still running, for the stream limit.
 	running atomic.Int32
 
-	mu       sync.Mutex
-	streams  map[uint32]*stream
-	lastID   uint32 // the highest stream the client has opened
-	enc      *hpack.Encoder
-	encBuf   bytes.Buffer
-	connSend int64 // the client's connection window
-	initSend int64 // the client's initial stream window
-	peerMax  int   // the largest frame the client accepts
+	mu      sync.Mutex
+	streams map[uint32]*stream
+	lastID  uint32 // the highest stream the client has opened
+	// The last stream id of the GOAWAY sent, if any (under mu).
+	goAwaySent bool
+	goAwayLast uint32
+	enc        *hpack.Encoder
+	encBuf     bytes.Buffer
+	connSend   int64 // the client's connection window
+	initSend   int64 // the client's initial stream window
+	peerMax    int   // the largest frame the client accepts
 	// Gathered writes: out holds slices of small (frames copied in) and
 	// of message buffers (referenced); mark is where small's uncut part
 	// starts. free holds buffers to free once what is gathered is written.
@@ -126,9 +129,12 @@ type conn struct {
 	// the order they stopped; each once (stream.connWait).
 	connWait, spareConnWait []*stream
 	// Streams removed, whose half-read message the reader is to free.
-	removed   []*stream
-	sentData  bool // DATA or HEADERS written since the client's last PING
-	closeIdle bool // drained and idle: the writer closes the connection
+	removed []*stream
+	// hasRemoved is set while removed is not empty, so that the reader
+	// looks at it without taking mu for every frame.
+	hasRemoved atomic.Bool
+	sentData   bool // DATA or HEADERS written since the client's last PING
+	closeIdle  bool // drained and idle: the writer closes the connection
 
 	handlers sync.WaitGroup
 	writer   sync.WaitGroup
@@ -293,6 +299,17 @@ func (c *conn) loop() error {
 		}
 		if c.inBlock && typ != http2.FrameContinuation {
 			return connError{http2.ErrCodeProtocol, fmt.Sprintf("%v frame inside a header block", typ)}
+		}
+		// Streams closed since the last frame are forgotten on every
+		// frame, not only on DATA: a client that opens and resets
+		// streams and sends no DATA must not have them kept.
+		if c.hasRemoved.Load() {
+			c.mu.Lock()
+			r := c.removed
+			c.removed = nil
+			c.hasRemoved.Store(false)
+			c.mu.Unlock()
+			c.dropRemoved(r)
 		}
 		var err error
 		switch typ {
@@ -516,13 +533,6 @@ func (c *conn) onData(id uint32, flags http2.Flags, n int) error {
 		c.connUnacked = 0
 		c.kick()
 	}
-	if len(c.removed) > 0 {
-		r := c.removed
-		c.removed = nil
-		c.mu.Unlock()
-		c.dropRemoved(r)
-		c.mu.Lock()
-	}
 	if c.idle(id) {
 		c.mu.Unlock()
 		return connError{http2.ErrCodeProtocol, fmt.Sprintf("DATA on idle stream %d", id)}
@@ -658,7 +668,9 @@ func (c *conn) feed(s *stream, n int) error {
 				s.msgLen, s.at = int(size), 0
 				s.asking, s.headLeft, s.bodyLeft = c.opts.Split != nil && s.msgLen >= c.opts.SplitMinBytes, 0, 0
 				if size == 0 {
-					c.deliver(s)
+					if err := c.deliver(s); err != nil {
+						return err
+					}
 				}
 			}
 			continue
@@ -687,7 +699,9 @@ func (c *conn) feed(s *stream, n int) error {
 		s.at += k
 		n -= k
 		if s.at == s.msgLen {
-			c.deliver(s)
+			if err := c.deliver(s); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -706,25 +720,42 @@ func (c *conn) cutMessage(s *stream, n int) {
 	s.headLeft, s.bodyLeft, s.bodyPool = k, m, pool
 }
 
-// deliver queues the message just read for s's handler.
-func (c *conn) deliver(s *stream) {
+// deliver queues the message just read for s's handler. Its error ends
+// the connection.
+func (c *conn) deliver(s *stream) error {
 	if s.cur != nil {
 		s.parts = append(s.parts, mem.NewBuffer(s.cur, s.curPool))
 	}
 	msg := s.parts
-	size := int64(s.msgLen) + 5
+	size := msgCharge(s.msgLen)
 	s.parts, s.cur, s.curAt, s.np, s.msgLen, s.at = nil, nil, 0, 0, 0, 0
 	c.mu.Lock()
 	if s.closed || s.finished {
 		c.mu.Unlock()
 		msg.Free()
-		return
+		return nil
 	}
 	s.msgs = append(s.msgs, msg)
 	s.queuedBytes += size
+	if len(s.msgs)-s.msgHead > c.maxQueuedMsgs() {
+		// A window's worth of tiny messages, unread: each costs a
+		// buffer and a slot far larger than its bytes on the wire.
+		// No client of a replay service queues this many.
+		c.resetStream(s, http2.ErrCodeEnhanceYourCalm,
+			status.New(codes.ResourceExhausted, "h2grpc: too many messages queued unread on the stream"))
+		err := c.controlQueued(13)
+		c.mu.Unlock()
+		s.dropping = true // the rest of its data is read and dropped
+		return err
+	}
 	c.mu.Unlock()
 	signal(s.rwake)
+	return nil
 }
+
+// maxQueuedMsgs bounds the messages a stream's handler has not read: one
+// per 64 bytes of the stream window, and at least 1024.
+func (c *conn) maxQueuedMsgs() int { return max(1024, int(c.opts.StreamWindow/64)) }
 
 // failRecv ends what s can receive with st: its handler reads st's error
 // after the messages already queued, and the rest of its data is dropped.
@@ -825,7 +856,9 @@ func (c *conn) onHeaders(typ http2.FrameType, id uint32, flags http2.Flags, n in
 		// Trailers from the client: gRPC clients send none, but they
 		// end the client's side as END_STREAM on DATA does.
 		if !end {
-			return connError{http2.ErrCodeProtocol, "second HEADERS without END_STREAM"}
+			// Malformed: a stream error (RFC 9113, 8.1 and 8.1.1), as on
+			// a closed stream below.
+			return c.streamError(id, http2.ErrCodeProtocol, "a second HEADERS without END_STREAM")
 		}
 		if pseudoIn(fields) {
 			// Malformed: a stream error (RFC 9113, 8.1 and 8.1.1).
@@ -1045,6 +1078,12 @@ func (c *conn) rst(id uint32, code http2.ErrCode) {
 }
 
 func (c *conn) goAway(last uint32, code http2.ErrCode, msg string) {
+	// The last stream id never goes up from one GOAWAY to the next (RFC
+	// 9113, 6.8): streams refused while draining raise lastID.
+	if c.goAwaySent {
+		last = min(last, c.goAwayLast)
+	}
+	c.goAwaySent, c.goAwayLast = true, last
 	c.frameHeader(8+len(msg), http2.FrameGoAway, 0, 0)
 	var b [8]byte
 	binary.BigEndian.PutUint32(b[:4], last)

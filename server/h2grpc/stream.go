@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -49,12 +50,13 @@ type stream struct {
 	dropping           bool // the rest of the client's data is dropped
 
 	// Receive side (under mu).
-	msgs        []mem.BufferSlice // read and not yet taken by RecvMsg
-	queuedBytes int64             // their size, with prefixes
-	recvWin     int64             // window the client has left
-	unacked     int64             // received and not yet returned
-	recvDone    bool              // END_STREAM from the client
-	recvErr     error             // RecvMsg's error after msgs
+	msgs        []mem.BufferSlice // read; RecvMsg has taken those before msgHead
+	msgHead     int
+	queuedBytes int64 // their size, with prefixes and msgOverhead each
+	recvWin     int64 // window the client has left
+	unacked     int64 // received and not yet returned
+	recvDone    bool  // END_STREAM from the client
+	recvErr     error // RecvMsg's error after msgs
 	rwake       chan struct{}
 
 	// Send side (under mu).
@@ -373,7 +375,7 @@ func (s *stream) Context() context.Context { return s.ctx }
 func (s *stream) RecvMsg(m any) error {
 	c := s.c
 	c.mu.Lock()
-	for len(s.msgs) == 0 {
+	for s.msgHead == len(s.msgs) {
 		err, done := s.recvErr, s.recvDone
 		if err == nil && !done && s.closed {
 			err = ctxErr(s.ctx)
@@ -393,11 +395,19 @@ func (s *stream) RecvMsg(m any) error {
 		}
 		c.mu.Lock()
 	}
-	data := s.msgs[0]
-	n := copy(s.msgs, s.msgs[1:])
-	s.msgs[n] = nil
-	s.msgs = s.msgs[:n]
-	s.queuedBytes -= int64(data.Len()) + 5
+	// Taken from the head: a queue of many small messages must not cost
+	// a copy of the rest for each one.
+	data := s.msgs[s.msgHead]
+	s.msgs[s.msgHead] = nil
+	s.msgHead++
+	if s.msgHead == len(s.msgs) {
+		s.msgs, s.msgHead = s.msgs[:0], 0
+	} else if s.msgHead >= 64 && 2*s.msgHead >= len(s.msgs) {
+		n := copy(s.msgs, s.msgs[s.msgHead:])
+		clear(s.msgs[n:])
+		s.msgs, s.msgHead = s.msgs[:n], 0
+	}
+	s.queuedBytes -= msgCharge(data.Len())
 	c.maybeReturn(s)
 	c.mu.Unlock()
 	err := c.opts.Codec.Unmarshal(data, m)
@@ -583,6 +593,13 @@ func (c *conn) pump(s *stream) {
 		}
 		clear(s.sendq)
 		s.sendq, s.sendHead = s.sendq[:0], 0
+	} else if s.sendHead >= 64 && 2*s.sendHead >= len(s.sendq) {
+		// A stream whose client reads a little slower than the handler
+		// sends never empties its queue: drop the parts already sent, or
+		// the queue's array grows for as long as the call lasts.
+		n := copy(s.sendq, s.sendq[s.sendHead:])
+		clear(s.sendq[n:])
+		s.sendq, s.sendHead = s.sendq[:n], 0
 	}
 	if s.sendLeft <= maxQueuedSend {
 		signal(s.swake)
@@ -724,6 +741,13 @@ func (c *conn) remove(s *stream) {
 	s.closed = true
 	delete(c.streams, s.id)
 	c.removed = append(c.removed, s)
+	c.hasRemoved.Store(true)
+	if s.connWait {
+		// Forgotten at once, not at the next connection WINDOW_UPDATE,
+		// which a client that never grants one would never send.
+		c.connWait = slices.DeleteFunc(c.connWait, func(w *stream) bool { return w == s })
+		s.connWait = false
+	}
 	signal(s.rwake)
 	signal(s.swake)
 	c.closeIfDrained()
@@ -778,9 +802,19 @@ func (c *conn) resetStream(s *stream, code http2.ErrCode, st *status.Status) {
 }
 
 func (c *conn) freeMsgs(s *stream) {
-	for i, m := range s.msgs {
+	for i, m := range s.msgs[s.msgHead:] {
 		m.Free()
-		s.msgs[i] = nil
+		s.msgs[s.msgHead+i] = nil
 	}
-	s.msgs, s.queuedBytes = s.msgs[:0], 0
+	s.msgs, s.msgHead, s.queuedBytes = s.msgs[:0], 0, 0
 }
+
+// msgOverhead is what a queued message costs beyond its bytes (its
+// buffer's rounding up and the slice that holds it), counted against the
+// stream's window, so that a window's worth of tiny messages does not
+// hold many times the window in memory.
+const msgOverhead = 256
+
+// msgCharge is what a queued message of n bytes counts against its
+// stream's window.
+func msgCharge(n int) int64 { return int64(n) + 5 + msgOverhead }
