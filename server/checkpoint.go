@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -365,10 +366,16 @@ func (s *Server) restore(path string) (uint64, error) {
 	}()
 	var cur *serverTable
 	var hdr *reverbpb.PriorityTableCheckpoint
-	_, err = checkpoint.Read(file, func(r *checkpoint.Record) error {
+	// The position comes from this pass, the one applied: the file may
+	// have been replaced since Verify read it.
+	loaded, err := checkpoint.Read(file, func(r *checkpoint.Record) error {
 		switch r.Kind {
 		case checkpoint.KindTable:
 			hdr, cur = r.Table, s.tables[r.Table.GetTableName()]
+			if cur == nil {
+				return fmt.Errorf("table record at byte offset %d: table %q is not declared (the file changed since it was verified?)",
+					r.Offset, r.Table.GetTableName())
+			}
 			return cur.BeginRestore()
 		case checkpoint.KindChunk:
 			m, err := chunkstore.ParseMeta(r.ChunkBytes) // cannot fail: Read checked the encoding
@@ -407,21 +414,36 @@ func (s *Server) restore(path string) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	s.log.Info("checkpoint restored", "path", file, "tables", len(sum.Tables), "items", sum.Items,
-		"chunks", sum.Chunks, "file_bytes", sum.Size, "wal_position", sum.WALPosition,
+	s.log.Info("checkpoint restored", "path", file, "tables", len(loaded.Tables), "items", loaded.Items,
+		"chunks", loaded.Chunks, "file_bytes", loaded.Size, "wal_position", loaded.WALPosition,
 		"duration", time.Since(start).String(), "verify", verified.String())
-	return sum.WALPosition, nil
+	return loaded.WALPosition, nil
 }
 
 func restoreItem(t *serverTable, r *checkpoint.Record, chunks map[uint64]*chunkstore.Chunk) error {
 	pi := r.Item
-	// Verify checked that every chunk is there.
-	traj := table.EncodeTrajectory(pi.GetFlatTrajectory())
-	cs, _, _ := trajectoryChunks(traj, func(key uint64) *chunkstore.Chunk { return chunks[key] })
-	var insertedAt int64
-	if pi.GetInsertedAt() != nil {
-		insertedAt = pi.GetInsertedAt().AsTime().UnixNano()
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: table %q: item %d at byte offset %d: %s", checkpoint.ErrCorrupt, t.Name(), pi.GetKey(), r.Offset, fmt.Sprintf(format, args...))
 	}
+	// Verify checked that every chunk is there; the slices are checked as
+	// an insert's are, so that no item is restored that every sample of
+	// would fail.
+	traj := table.EncodeTrajectory(pi.GetFlatTrajectory())
+	if err := checkStoredTrajectory(traj, chunks); err != nil {
+		return bad("%v", err)
+	}
+	if pi.GetTimesSampled() < 0 {
+		return bad("times_sampled %d is negative", pi.GetTimesSampled())
+	}
+	var insertedAt int64
+	if ts := pi.GetInsertedAt(); ts != nil {
+		// UnixNano holds years 1678 to 2262 only.
+		if err := ts.CheckValid(); err != nil || ts.GetSeconds() <= math.MinInt64/int64(time.Second) || ts.GetSeconds() >= math.MaxInt64/int64(time.Second) {
+			return bad("inserted_at %v is out of range", ts.AsTime())
+		}
+		insertedAt = ts.AsTime().UnixNano()
+	}
+	cs, _, _ := trajectoryChunks(traj, func(key uint64) *chunkstore.Chunk { return chunks[key] })
 	err := t.RestoreItem(table.Item{
 		Key:          pi.GetKey(),
 		Priority:     pi.GetPriority(),
@@ -433,6 +455,47 @@ func restoreItem(t *serverTable, r *checkpoint.Record, chunks map[uint64]*chunks
 	if err != nil {
 		unrefAll(cs)
 		return fmt.Errorf("table %q: item record at byte offset %d: %w", t.Name(), r.Offset, err)
+	}
+	return nil
+}
+
+// checkStoredTrajectory checks a restored item's encoded trajectory as an
+// insert's is checked (server/insert.go, itemChunks): columns with slices,
+// the squeeze rule, and every slice within its chunk.
+func checkStoredTrajectory(traj []byte, chunks map[uint64]*chunkstore.Chunk) error {
+	j := 0
+	for rest := traj; ; j++ {
+		col, r, ok := nextMessage(rest, trajColumnsField)
+		if !ok {
+			break
+		}
+		rest = r
+		squeeze, n := columnSqueeze(col)
+		if n == 0 {
+			return fmt.Errorf("flat_trajectory.columns[%d] has no chunk slices", j)
+		}
+		k := 0
+		for cr := col; ; k++ {
+			b, r, ok := nextMessage(cr, columnSlicesField)
+			if !ok {
+				break
+			}
+			cr = r
+			sl := parseSlice(b)
+			if squeeze && (n != 1 || sl.length != 1) {
+				return fmt.Errorf("flat_trajectory.columns[%d].squeeze: a squeezed column needs exactly one slice of length 1", j)
+			}
+			c := chunks[sl.chunkKey]
+			if c == nil {
+				return fmt.Errorf("flat_trajectory.columns[%d].chunk_slices[%d]: chunk %d is not in the checkpoint", j, k, sl.chunkKey)
+			}
+			if err := checkSlice(sl, c); err != nil {
+				return fmt.Errorf("flat_trajectory.columns[%d].chunk_slices[%d]%v", j, k, err)
+			}
+		}
+	}
+	if j == 0 {
+		return fmt.Errorf("flat_trajectory has no columns")
 	}
 	return nil
 }

@@ -607,3 +607,47 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// TestRestoreRefusesBadItems: items whose trajectories an insert would
+// refuse (a slice past its chunk's tensors or rows, a column without
+// slices), or whose times_sampled is negative, are refused at restore,
+// naming the item and the offset; restored, every sample of them would
+// fail. Written by hand: reverie writes only items it accepted.
+func TestRestoreRefusesBadItems(t *testing.T) {
+	slice := func(index, offset, length int32) *reverbpb.FlatTrajectory {
+		return &reverbpb.FlatTrajectory{Columns: []*reverbpb.FlatTrajectory_Column{{
+			ChunkSlices: []*reverbpb.FlatTrajectory_ChunkSlice{{ChunkKey: 7, Index: index, Offset: offset, Length: length}},
+		}}}
+	}
+	for _, tc := range []struct {
+		name  string
+		item  *reverbpb.PrioritizedItem
+		wants string
+	}{
+		{"tensor index", &reverbpb.PrioritizedItem{Key: 1, Table: "t", Priority: 1, FlatTrajectory: slice(3, 0, 1)}, "tensor index 3 out of range"},
+		{"rows", &reverbpb.PrioritizedItem{Key: 1, Table: "t", Priority: 1, FlatTrajectory: slice(0, 5, 10)}, "out of range"},
+		{"length", &reverbpb.PrioritizedItem{Key: 1, Table: "t", Priority: 1, FlatTrajectory: slice(0, 0, 0)}, "length: must be >= 1"},
+		{"no slices", &reverbpb.PrioritizedItem{Key: 1, Table: "t", Priority: 1, FlatTrajectory: &reverbpb.FlatTrajectory{
+			Columns: []*reverbpb.FlatTrajectory_Column{{}}}}, "has no chunk slices"},
+		{"times sampled", &reverbpb.PrioritizedItem{Key: 1, Table: "t", Priority: 1, TimesSampled: -2, FlatTrajectory: slice(0, 0, 1)}, "times_sampled -2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w, err := checkpoint.Create(t.TempDir(), time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			w.BeginTable(&reverbpb.PriorityTableCheckpoint{TableName: "t"})
+			w.Chunk(chunk(7, 1, 10)) // one tensor of 10 rows
+			w.Item(tc.item)
+			w.EndTable()
+			path, err := w.Commit()
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = server.New(server.Config{Tables: []server.TableConfig{uniformTable("t", 10, server.MinSize(1))}, RestorePath: path})
+			if !errors.Is(err, server.ErrRestore) || !errors.Is(err, checkpoint.ErrCorrupt) || !strings.Contains(err.Error(), tc.wants) || !strings.Contains(err.Error(), "item 1") {
+				t.Fatalf("restore: %v, want ErrRestore and ErrCorrupt naming item 1 and %q", err, tc.wants)
+			}
+		})
+	}
+}

@@ -299,6 +299,10 @@ func TestStructuralErrors(t *testing.T) {
 		"unknown kind":          {[]rec{{Kind(9), nil}, {KindFileEnd, uv(0, 0, 0)}}, "unknown record kind 9"},
 		"no file end":           {[]rec{{KindTable, hdr("a")}, {KindTableEnd, uv(0)}}, "without a file-end record"},
 		"bad proto":             {[]rec{{KindTable, []byte{0xff, 0xff}}, {KindTableEnd, uv(0)}, {KindFileEnd, uv(1, 0, 0)}}, "not a valid PriorityTableCheckpoint"},
+		// A chunk whose key parses but whose data is cut short inside:
+		// Verify must refuse what Read would (it once checked only the
+		// key, and an imported snapshot passed and then failed to load).
+		"chunk data cut short": {[]rec{{KindTable, hdr("a")}, {KindChunk, []byte{0x08, 0x07, 0x2a, 0x02, 0x0a, 0x80}}, {KindItem, msg(testItem(1, "a", 7))}, {KindTableEnd, uv(1)}, {KindFileEnd, uv(1, 1, 1)}}, "not a valid ChunkData"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
