@@ -1291,7 +1291,7 @@ func (p *cfgParser) ySampleToInsertRatio(n *yaml.Node, path string) (RateLimiter
 	if minSize < 1 {
 		return rl, p.yerrf(path+".min_size_to_sample", m["min_size_to_sample"], "must be >= 1, got %d", minSize)
 	}
-	offset := spi * float64(minSize)
+	offset := float64(spi * float64(minSize)) // rounded first, as in Reverb (ratelimit.Limiter.Diff)
 
 	var minDiff, maxDiff float64
 	// Where to report a bad range: error_buffer, or max_diff / min_diff.

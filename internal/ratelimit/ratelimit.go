@@ -39,7 +39,7 @@ func MinSize(n int64) Config {
 // SampleToInsertRatio keeps samples/inserts near spi once the table holds
 // minSize items, within errorBuffer samples either way.
 func SampleToInsertRatio(spi float64, minSize int64, errorBuffer float64) Config {
-	offset := spi * float64(minSize)
+	offset := float64(spi * float64(minSize)) // rounded: see Diff
 	return Config{SamplesPerInsert: spi, MinSizeToSample: minSize, MinDiff: offset - errorBuffer, MaxDiff: offset + errorBuffer}
 }
 
@@ -101,9 +101,13 @@ func (l *Limiter) Restore(inserts, samples, deletes int64) {
 // Size is the number of items the limiter believes the table holds.
 func (l *Limiter) Size() int64 { return l.inserts - l.deletes }
 
-// Diff is inserts*SamplesPerInsert - samples.
+// Diff is inserts*SamplesPerInsert - samples. The product is rounded
+// before the subtraction, as in Reverb: the conversion keeps the compiler
+// from fusing the two into one multiply-subtract (Go may, and does on
+// arm64), which rounds once and moves decisions at the boundaries, such
+// as the first sample of SampleToInsertRatio(0.1, 10, 1).
 func (l *Limiter) Diff() float64 {
-	return float64(l.inserts)*l.cfg.SamplesPerInsert - float64(l.samples)
+	return float64(float64(l.inserts)*l.cfg.SamplesPerInsert) - float64(l.samples)
 }
 
 // CanInsert reports whether one more new item may be inserted now.
@@ -111,7 +115,7 @@ func (l *Limiter) CanInsert() bool {
 	if l.inserts+1-l.deletes <= l.cfg.MinSizeToSample {
 		return true
 	}
-	return float64(l.inserts+1)*l.cfg.SamplesPerInsert-float64(l.samples) <= l.cfg.MaxDiff
+	return float64(float64(l.inserts+1)*l.cfg.SamplesPerInsert)-float64(l.samples) <= l.cfg.MaxDiff // rounded: see Diff
 }
 
 // CanSample reports whether one more sample may be served now.
@@ -119,7 +123,7 @@ func (l *Limiter) CanSample() bool {
 	if l.inserts-l.deletes < l.cfg.MinSizeToSample {
 		return false
 	}
-	return float64(l.inserts)*l.cfg.SamplesPerInsert-float64(l.samples)-1 >= l.cfg.MinDiff
+	return float64(float64(l.inserts)*l.cfg.SamplesPerInsert)-float64(l.samples)-1 >= l.cfg.MinDiff // rounded: see Diff
 }
 
 // Insert counts one insert. The caller checks CanInsert first.

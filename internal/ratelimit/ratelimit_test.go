@@ -663,3 +663,35 @@ func TestAgainstExactModel(t *testing.T) {
 		})
 	}
 }
+
+// TestProductRoundedFirst: the product inserts*samples_per_insert is
+// rounded before the subtraction, as in Reverb. Fused into one
+// multiply-subtract (Go may fuse; it does on arm64), 0.1*10 - 1 comes to
+// 5.55e-17, not 0, and a SampleToInsertRatio(0.1, 10, 1) table refuses
+// its first sample at 10 inserts; and at 49 inserts and 3 samples with
+// max_diff 2, 0.1*50 - 3 comes to 2.0000000000000004 and refuses the
+// insert. amd64 does not fuse a subtraction, so this test cannot fail
+// there; it states the rule for the platforms that do.
+func TestProductRoundedFirst(t *testing.T) {
+	cfg := SampleToInsertRatio(0.1, 10, 1)
+	if cfg.MinDiff != 0 {
+		t.Fatalf("SampleToInsertRatio(0.1, 10, 1).MinDiff = %g, want 0", cfg.MinDiff)
+	}
+	l := New(cfg)
+	for range 10 {
+		l.Insert()
+	}
+	if !l.CanSample() {
+		t.Fatal("the first sample at 10 inserts is refused")
+	}
+	l2 := New(Config{SamplesPerInsert: 0.1, MinSizeToSample: 1, MinDiff: 0, MaxDiff: 2})
+	for range 49 {
+		l2.Insert()
+	}
+	for range 3 {
+		l2.Sample()
+	}
+	if !l2.CanInsert() {
+		t.Fatalf("the 50th insert after 3 samples is refused (diff %g)", l2.Diff())
+	}
+}
