@@ -405,6 +405,10 @@ func (s *Server) restore(path string) (uint64, error) {
 					"over_max_times_sampled", rep.OverSampled, "evicted_over_max_size", rep.Evicted,
 					"max_size", cur.cfg.MaxSize, "max_times_sampled", cur.cfg.MaxTimesSampled)
 			}
+			if rep.SamplesAdded > 0 {
+				s.log.Warn("rate limiter's sample count raised to bring it within the configured max_diff",
+					"table", cur.Name(), "samples_added", rep.SamplesAdded, "max_diff", cur.cfg.RateLimiter.MaxDiff)
+			}
 			s.log.Info("table restored", "table", cur.Name(), "items", rep.Loaded-rep.OverSampled-rep.Evicted,
 				"inserts", rep.Inserts, "samples", rep.Samples)
 			cur, hdr = nil, nil

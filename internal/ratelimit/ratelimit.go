@@ -98,6 +98,26 @@ func (l *Limiter) Restore(inserts, samples, deletes int64) {
 	l.inserts, l.samples, l.deletes = inserts, samples, deletes
 }
 
+// LowerDiffTo raises the samples counter so that the diff is at most
+// max_diff, if it is over it and max_diff is finite, and returns how much
+// it raised it. A restore calls it once the checkpoint's items over the
+// configured max_size are evicted: those deletes leave the diff as it
+// was, and a diff over max_diff refuses every insert into a table that is
+// not empty, so a queue restored smaller would otherwise take one item at
+// a time for good.
+func (l *Limiter) LowerDiffTo() int64 {
+	d := l.Diff()
+	if d <= l.cfg.MaxDiff || l.cfg.MaxDiff >= math.MaxFloat64 {
+		return 0
+	}
+	raise := int64(math.Ceil(d - l.cfg.MaxDiff))
+	if raise <= 0 || l.samples > math.MaxInt64-raise {
+		return 0
+	}
+	l.samples += raise
+	return raise
+}
+
 // Size is the number of items the limiter believes the table holds.
 func (l *Limiter) Size() int64 { return l.inserts - l.deletes }
 

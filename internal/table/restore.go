@@ -37,6 +37,9 @@ type RestoreReport struct {
 	// Evicted counts items the remover evicted to bring the table down to
 	// max_size.
 	Evicted int64
+	// SamplesAdded is how much the samples counter was raised to bring
+	// the rate limiter's diff down to the configured max_diff.
+	SamplesAdded int64
 }
 
 // BeginRestore prepares a table that has never been used for RestoreItem.
@@ -132,6 +135,11 @@ func (t *Table) FinishRestore(c RestoreCounters) RestoreReport {
 		t.deleteLocked(victim.Slot)
 		rep.Evicted++
 	}
+	// The configured limiter may hold a smaller diff than the checkpoint
+	// left (a smaller queue, say): above max_diff every insert into a
+	// table that is not empty is refused, and the removals above lower
+	// the size but not the diff.
+	rep.SamplesAdded = t.mu.limiter.LowerDiffTo()
 	t.pumpLocked()
 	return rep
 }

@@ -412,3 +412,32 @@ func TestRestoreRefusals(t *testing.T) {
 		t.Fatal("snapshot during restore accepted")
 	}
 }
+
+// TestRestoreQueueSmaller: a Queue(100) checkpoint holding 50 unsampled
+// items restored into a Queue(10) table. 40 are evicted, and the diff (50)
+// is brought down to max_diff (10); left at 50, after the 10 items were
+// sampled, the queue would admit an insert only while empty, one item at
+// a time for good (found by review).
+func TestRestoreQueueSmaller(t *testing.T) {
+	f := newFixture(t, fifo, fifo, 100, 1, ratelimit.Queue(100))
+	for k := uint64(1); k <= 50; k++ {
+		f.insert(k, 1)
+	}
+	snaps, _ := BeginSnapshots(f.table)
+	snaps[0].Capture()
+	g := newFixture(t, fifo, fifo, 10, 1, ratelimit.Queue(10))
+	g.store = f.store
+	rep := restoreFrom(t, snaps[0], g)
+	snaps[0].Release()
+	if rep.Evicted != 40 || rep.SamplesAdded != 40 {
+		t.Fatalf("report %+v, want 40 evicted and 40 samples added", rep)
+	}
+	g.sample(10)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for k := uint64(101); k <= 110; k++ {
+		if err := g.table.Insert(ctx, g.item(k, 1, 1)); err != nil {
+			t.Fatalf("insert %d of 10 into the emptied queue: %v", k-100, err)
+		}
+	}
+}
