@@ -466,3 +466,13 @@ func decodeChunk(t testing.TB, b []byte) *reverbpb.ChunkData {
 	}
 	return c
 }
+
+// TestReadErrorIsNotCorruption: a path that cannot be read as a file (a
+// directory here; EIO in the field) is reported as an I/O error, not as a
+// damaged checkpoint, which the docs tell operators to move away.
+func TestReadErrorIsNotCorruption(t *testing.T) {
+	_, err := Verify(t.TempDir())
+	if err == nil || errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Verify of a directory: %v, want an error that is not ErrCorrupt", err)
+	}
+}

@@ -137,9 +137,15 @@ func (s *scanner) next() (Kind, []byte, error) {
 	payload := s.buf[:length]
 	var tail [4]byte
 	if _, err := io.ReadFull(s.br, payload); err != nil {
+		if !isEOF(err) {
+			return 0, nil, fmt.Errorf("checkpoint: read %s: %w", s.path, err) // an I/O error, not damage
+		}
 		return 0, nil, s.corrupt("reading %s record payload: %v (truncated)", Kind(k), err)
 	}
 	if _, err := io.ReadFull(s.br, tail[:]); err != nil {
+		if !isEOF(err) {
+			return 0, nil, fmt.Errorf("checkpoint: read %s: %w", s.path, err)
+		}
 		return 0, nil, s.corrupt("reading %s record checksum: %v (truncated)", Kind(k), err)
 	}
 	s.off += int64(length) + 4
@@ -163,9 +169,17 @@ func scan(path string, fn func(*Record) error) (*Summary, error) {
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("checkpoint: %s is not a regular file", path)
+	}
 	s := &scanner{path: path, br: bufio.NewReaderSize(f, 1<<20), size: st.Size(), record: -1}
 	var hdr [headerSize]byte
 	if _, err := io.ReadFull(s.br, hdr[:]); err != nil {
+		if !isEOF(err) {
+			// EIO and the like are not damage: the operator must not
+			// move a good checkpoint away over them.
+			return nil, fmt.Errorf("checkpoint: read %s: %w", path, err)
+		}
 		return nil, s.corrupt("file is %d bytes, shorter than the %d-byte header", s.size, headerSize)
 	}
 	if !bytes.Equal(hdr[:len(magic)], magic[:]) {
@@ -344,3 +358,7 @@ func chunkKey(b []byte) (uint64, error) {
 	}
 	return key, nil
 }
+
+// isEOF reports whether err is the end of the file, where a checkpoint
+// cut short ends: damage, not an I/O error.
+func isEOF(err error) bool { return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) }
