@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -439,5 +440,30 @@ func TestRestoreQueueSmaller(t *testing.T) {
 		if err := g.table.Insert(ctx, g.item(k, 1, 1)); err != nil {
 			t.Fatalf("insert %d of 10 into the emptied queue: %v", k-100, err)
 		}
+	}
+}
+
+// TestStatsPrioritySum: the sum of the priorities held survives what a
+// running sum does not: an infinite priority held and then deleted (a
+// heap table takes them), and a large priority that swallowed a small one
+// when added.
+func TestStatsPrioritySum(t *testing.T) {
+	s := NewStats()
+	inf := &Item{Priority: math.Inf(1)}
+	one := &Item{Priority: 1}
+	s.OnInsert(inf)
+	s.OnInsert(one)
+	if got := s.Snapshot().PrioritySum; !math.IsInf(got, 1) {
+		t.Fatalf("sum with +Inf held: %v", got)
+	}
+	s.OnDelete(inf)
+	if got := s.Snapshot().MeanPriority(); got != 1 {
+		t.Fatalf("mean after the +Inf item left: %v, want 1", got)
+	}
+	big := &Item{Priority: 1e20}
+	s.OnInsert(big)
+	s.OnDelete(big)
+	if got := s.Snapshot().PrioritySum; got != 1 {
+		t.Fatalf("sum after 1e20 came and went: %v, want 1", got)
 	}
 }
