@@ -39,6 +39,12 @@ const (
 	// client's (PING and SETTINGS acknowledgements, resets) while the
 	// client does not read them: a flood of them ends the connection.
 	maxControlBytes = 1 << 20
+	// maxOutQueued bounds the bytes gathered for the writer beyond the
+	// batch it is writing: past it, streams stop gathering DATA until the
+	// writer takes what is queued (their handlers then block in SendMsg).
+	// Without it, a client that grants large windows and stops reading
+	// its socket makes the server queue DATA for it without end.
+	maxOutQueued = 8 << 20
 	// maxPiece is the largest buffer one message is read into; a longer
 	// message is read into several, allocated as its bytes arrive, so that
 	// a length prefix alone does not make the server allocate gigabytes.
@@ -128,6 +134,9 @@ type conn struct {
 	// Streams the connection's send window stopped with bytes to send, in
 	// the order they stopped; each once (stream.connWait).
 	connWait, spareConnWait []*stream
+	// outWait holds the streams maxOutQueued stopped, pumped again once
+	// the writer takes a batch (under mu).
+	outWait, spareOutWait []*stream
 	// Streams removed, whose half-read message the reader is to free.
 	removed []*stream
 	// hasRemoved is set while removed is not empty, so that the reader
@@ -979,6 +988,9 @@ func (c *conn) writeLoop() {
 		c.out, c.free, c.small = c.spareOut[:0], c.spareFree[:0], c.spareSmall[:0]
 		c.spareOut, c.spareFree, c.spareSmall = nil, nil, nil
 		c.mark, c.queued, c.control = 0, 0, 0
+		if len(c.outWait) > 0 {
+			c.pumpOutWait() // gathered while this batch is written
+		}
 		failed := c.writeErr != nil
 		c.mu.Unlock()
 

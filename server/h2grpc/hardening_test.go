@@ -1,10 +1,13 @@
 package h2grpc
 
 import (
+	"bytes"
+	"io"
 	"testing"
 	"time"
 
 	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 )
 
 // ping sends PING data and reads frames until its ACK: every frame the
@@ -140,4 +143,47 @@ func TestSendQueueStaysSmall(t *testing.T) {
 	if longest > 256 {
 		t.Fatalf("the send queue grew to %d parts over %d messages", longest, impl.sent.Load())
 	}
+}
+
+// A client that grants windows without end and never reads its socket
+// gets no more than the bound on what is gathered for the writer (plus the
+// batch being written and a stream's send queue): the handler then blocks
+// in SendMsg. Before the bound the server gathered DATA for it until
+// memory ran out.
+func TestUnreadSocketIsBounded(t *testing.T) {
+	srv, impl, nc := startPipe(t, Options{})
+	fr := http2.NewFramer(nc, nc)
+	go func() { // the pipe blocks writes until the server reads them
+		io.WriteString(nc, http2.ClientPreface)
+		fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1<<31 - 1})
+		fr.WriteWindowUpdate(0, 1<<31-1-65535)
+		var block bytes.Buffer
+		enc := hpack.NewEncoder(&block)
+		for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", "/" + svcName + "/Flood"}, {"content-type", "application/grpc"}} {
+			enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+		}
+		fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block.Bytes(), EndHeaders: true, EndStream: true})
+		// Nothing is read: the server's writer blocks on its first write.
+	}()
+	const limit = 2000 // 64 MiB of 32 KiB messages
+	last, still := int64(-1), time.Now()
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		n := impl.sent.Load()
+		if n >= limit {
+			t.Fatalf("Flood sent %d messages of 32 KiB to a client that reads nothing", n)
+		}
+		if n != last {
+			last, still = n, time.Now()
+		} else if n > 0 && time.Since(still) > 500*time.Millisecond {
+			t.Logf("Flood stopped at %d messages", n)
+			cn := connOf(t, srv)
+			var queued int
+			cn.locked(func() bool { queued = cn.queued; return true })
+			if queued > maxOutQueued+maxFrame+1024 {
+				t.Fatalf("%d bytes gathered for the writer, over the bound %d", queued, maxOutQueued)
+			}
+			return
+		}
+	}
+	t.Fatalf("Flood neither stopped nor passed the limit (sent %d)", impl.sent.Load())
 }

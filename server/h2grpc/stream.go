@@ -69,6 +69,7 @@ type stream struct {
 	sendLeft    int
 	headRefd    bool           // the head of sendq is partly gathered, by reference
 	connWait    bool           // in the connection's connWait
+	outWait     bool           // in the connection's outWait
 	finished    bool           // the handler has returned
 	st          *status.Status // its status, sent once sendq drains
 	closed      bool           // removed from the connection
@@ -559,8 +560,13 @@ func (c *conn) pump(s *stream) {
 		return
 	}
 	for s.sendLeft > 0 {
-		k := int(min(int64(s.sendLeft), int64(c.peerMax), c.connSend, s.sendWin))
+		room := int64(maxOutQueued - c.queued)
+		k := int(min(int64(s.sendLeft), int64(c.peerMax), c.connSend, s.sendWin, room))
 		if k <= 0 {
+			if room <= 0 && !s.outWait {
+				s.outWait = true
+				c.outWait = append(c.outWait, s)
+			}
 			break
 		}
 		c.frameHeader(k, http2.FrameData, 0, s.id)
@@ -637,6 +643,21 @@ func (c *conn) pumpConnWait() {
 		}
 	}
 	c.spareConnWait = w[:0]
+}
+
+// pumpOutWait pumps the streams maxOutQueued stopped, in the order they
+// stopped, once the writer has taken what was queued (under mu).
+func (c *conn) pumpOutWait() {
+	w := c.outWait
+	c.outWait, c.spareOutWait = c.spareOutWait[:0], nil
+	for i, s := range w {
+		s.outWait = false
+		w[i] = nil
+		if s.sendLeft > 0 {
+			c.pump(s)
+		}
+	}
+	c.spareOutWait = w[:0]
 }
 
 // pumpAll pumps every stream with bytes to send: for a change of the
@@ -747,6 +768,10 @@ func (c *conn) remove(s *stream) {
 		// which a client that never grants one would never send.
 		c.connWait = slices.DeleteFunc(c.connWait, func(w *stream) bool { return w == s })
 		s.connWait = false
+	}
+	if s.outWait {
+		c.outWait = slices.DeleteFunc(c.outWait, func(w *stream) bool { return w == s })
+		s.outWait = false
 	}
 	signal(s.rwake)
 	signal(s.swake)
