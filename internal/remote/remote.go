@@ -71,7 +71,12 @@ type Bucket struct {
 func CheckURL(rawURL string) error {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		// url.Parse's error quotes the URL, with any password in it.
+		// url.Parse's error quotes the URL, with any password in it,
+		// and its reason can quote a part of it (a password holding a
+		// "/" is taken for a port): with credentials, say nothing more.
+		if strings.Contains(rawURL, "@") {
+			return fmt.Errorf("%w: the URL does not parse (not shown, as it holds credentials)", ErrBadURL)
+		}
 		var ue *url.Error
 		if errors.As(err, &ue) {
 			err = ue.Err
@@ -129,12 +134,12 @@ func Open(ctx context.Context, rawURL string) (*Bucket, error) {
 		q.Set("no_tmp_dir", "1")
 		u.RawQuery = q.Encode()
 	}
+	// The drivers take credentials from their usual sources, not from the
+	// URL's user info, and quote the URL in their errors: drop it.
+	u.User = nil
 	b, err := blob.OpenBucket(ctx, u.String())
 	if err != nil {
-		// The drivers' errors quote the URL whole, password and all.
-		msg := strings.ReplaceAll(err.Error(), u.String(), shown)
-		msg = strings.ReplaceAll(msg, rawURL, shown)
-		return nil, fmt.Errorf("%w: %s: %s", ErrBadURL, shown, msg)
+		return nil, fmt.Errorf("%w: %s: %v", ErrBadURL, shown, err)
 	}
 	return &Bucket{b: b, url: shown}, nil
 }
@@ -322,6 +327,12 @@ func (b *Bucket) upload(ctx context.Context, dir string, beforeDone func()) (Sna
 		// Complete already, unless its file is missing or short.
 		if attrs, err := b.b.Attributes(ctx, fileKey(name)); err == nil && attrs.Size == st.Size() {
 			return snap, nil
+		}
+		// Its DONE goes first: until the file is whole again the
+		// snapshot is not complete, and a prune before the new DONE
+		// must not count it among those it keeps.
+		if err := b.b.Delete(ctx, doneKey(name)); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+			return Snapshot{}, b.errorf(err, "delete", doneKey(name))
 		}
 	}
 

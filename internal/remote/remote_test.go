@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -402,9 +403,20 @@ func testUploadKeep(t *testing.T, b *Bucket) {
 // TestBadURLHidesCredentials: a URL that does not parse is not quoted
 // back, since it may hold a password.
 func TestBadURLHidesCredentials(t *testing.T) {
-	err := CheckURL("s3://AKIAEXAMPLE:se%zzcret@bucket")
-	if err == nil || strings.Contains(err.Error(), "AKIAEXAMPLE") || strings.Contains(err.Error(), "cret") {
-		t.Fatalf("CheckURL: %v", err)
+	for _, raw := range []string{
+		"s3://AKIAEXAMPLE:se%zzcret@bucket",
+		"s3://AKIAEXAMPLE:wJalr/XUtnFEMI@bucket", // a "/" in the secret: taken for a port
+	} {
+		err := CheckURL(raw)
+		if err == nil || strings.Contains(err.Error(), "AKIAEXAMPLE") || strings.Contains(err.Error(), "cret") || strings.Contains(err.Error(), "wJalr") {
+			t.Errorf("CheckURL(%q): %v", raw, err)
+		}
+	}
+	// A driver's error quotes the URL it was given; with prefix= it is
+	// re-encoded first, so replacing the URL's text did not hide it.
+	_, err := Open(ctxT(t), "file://user:secret@localhost"+filepath.ToSlash(t.TempDir())+"?prefix=a/&bogus=1")
+	if err == nil || strings.Contains(err.Error(), "secret") {
+		t.Errorf("Open with a bad parameter: %v", err)
 	}
 }
 
@@ -466,8 +478,9 @@ func testPruneRemovesStrays(t *testing.T, b *Bucket) {
 	}
 }
 
-// testDoneWithoutFile: a DONE whose file is missing does not make Upload
-// skip the snapshot.
+// testDoneWithoutFile: a DONE whose file is missing, or short, does not
+// make Upload skip the snapshot; and UploadKeep's prune before the new
+// DONE does not count that snapshot among those it keeps.
 func testDoneWithoutFile(t *testing.T, b *Bucket) {
 	ctx := ctxT(t)
 	dir := writeCheckpoint(t, t.TempDir(), t0, 1, 10)
@@ -480,5 +493,36 @@ func testDoneWithoutFile(t *testing.T, b *Bucket) {
 	s, ok, err := b.Latest(ctx)
 	if err != nil || !ok || s.Name != filepath.Base(dir) || s.Size <= 0 {
 		t.Fatalf("after the upload: %+v, %v, %v", s, ok, err)
+	}
+
+	// Two complete snapshots, then a third whose file is short under
+	// its DONE, uploaded again with keep 2: the two newest remain.
+	older := writeCheckpoint(t, t.TempDir(), t0.Add(time.Minute), 1, 10)
+	if _, err := b.Upload(ctx, older); err != nil {
+		t.Fatal(err)
+	}
+	third := writeCheckpoint(t, t.TempDir(), t0.Add(2*time.Minute), 1, 10)
+	name := filepath.Base(third)
+	if err := b.b.WriteAll(ctx, fileKey(name), []byte("short"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.b.WriteAll(ctx, doneKey(name), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, pruneErr, err := b.UploadKeep(ctx, third, 2); err != nil || pruneErr != nil {
+		t.Fatal(err, pruneErr)
+	}
+	snaps, err := b.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var complete []string
+	for _, s := range snaps {
+		if s.Complete {
+			complete = append(complete, s.Name)
+		}
+	}
+	if want := []string{filepath.Base(older), name}; !slices.Equal(complete, want) {
+		t.Fatalf("complete snapshots %v, want %v", complete, want)
 	}
 }

@@ -135,11 +135,15 @@ func (t *Table) FinishRestore(c RestoreCounters) RestoreReport {
 		t.deleteLocked(victim.Slot)
 		rep.Evicted++
 	}
-	// The configured limiter may hold a smaller diff than the checkpoint
-	// left (a smaller queue, say): above max_diff every insert into a
-	// table that is not empty is refused, and the removals above lower
-	// the size but not the diff.
-	rep.SamplesAdded = t.mu.limiter.LowerDiffTo()
+	// The removals above lower the size but not the diff, and the
+	// configured limiter may allow a smaller diff than the checkpoint's
+	// (a smaller queue, say): above max_diff every insert into a table
+	// that is not empty is refused. Only then: a table can be over
+	// max_diff in the ordinary way (inserts below min_size_to_sample are
+	// not checked), and a restore must not write off samples it owes.
+	if rep.OverSampled+rep.Evicted > 0 {
+		rep.SamplesAdded = t.mu.limiter.LowerDiffTo()
+	}
 	t.pumpLocked()
 	return rep
 }

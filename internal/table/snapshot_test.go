@@ -467,3 +467,36 @@ func TestStatsPrioritySum(t *testing.T) {
 		t.Fatalf("sum after 1e20 came and went: %v, want 1", got)
 	}
 }
+
+// TestRestoreKeepsDiffWithoutRemovals: a table can be over max_diff in the
+// ordinary way (inserts below min_size_to_sample are not checked); a
+// restore that removes nothing leaves its counters as they were, and does
+// not write off the samples the limiter still asks for.
+func TestRestoreKeepsDiffWithoutRemovals(t *testing.T) {
+	f := newFixture(t, fifo, fifo, 10, 1, ratelimit.Queue(10))
+	if err := f.table.BeginRestore(); err != nil {
+		t.Fatal(err)
+	}
+	for k := uint64(1); k <= 5; k++ {
+		if err := f.table.RestoreItem(f.item(k, 1, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep := f.table.FinishRestore(RestoreCounters{Inserts: 20})
+	if rep.SamplesAdded != 0 || rep.Samples != 0 {
+		t.Fatalf("report %+v: samples added without a removal", rep)
+	}
+}
+
+// TestStatsPrioritySumOverflow: a finite sum that overflows stays
+// infinite, as a plain running sum would, and does not turn NaN.
+func TestStatsPrioritySumOverflow(t *testing.T) {
+	s := NewStats()
+	a, b := &Item{Priority: 1e308}, &Item{Priority: 1e308}
+	s.OnInsert(a)
+	s.OnInsert(b)
+	s.OnDelete(a)
+	if got := s.Snapshot().PrioritySum; math.IsNaN(got) {
+		t.Fatalf("sum after an overflow: %v", got)
+	}
+}

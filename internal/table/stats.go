@@ -31,6 +31,10 @@ func (s *Stats) addPriority(p float64) {
 	case math.IsNaN(p):
 	default:
 		t := s.sum + p
+		if math.IsInf(t, 0) {
+			s.sum = t // overflowed: it stays infinite, as a plain sum would
+			return
+		}
 		if math.Abs(s.sum) >= math.Abs(p) {
 			s.comp += (s.sum - t) + p
 		} else {
