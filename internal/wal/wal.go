@@ -277,7 +277,9 @@ func (l *Log) Err() error {
 // WaitDurable waits until every record up to lsn is durable under the sync
 // policy: fsynced under SyncAlways, written to the file (the page cache)
 // under the others. It returns the log's write error if there was one,
-// ErrClosed if the log closed first, or ctx's error.
+// ErrClosed if the log closed without making it durable, or ctx's error.
+// Close writes and fsyncs what was queued, so a record appended before
+// Close is waited for, not failed.
 func (l *Log) WaitDurable(ctx context.Context, lsn uint64) error {
 	for {
 		l.mu.Lock()
@@ -293,6 +295,20 @@ func (l *Log) WaitDurable(ctx context.Context, lsn uint64) error {
 		case ok:
 			return nil
 		case closed:
+			select {
+			case <-l.done: // the writer has ended: what it wrote is final
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			l.mu.Lock()
+			err, ok = l.mu.err, l.mu.durable >= lsn || (l.opts.Sync != SyncAlways && l.mu.written >= lsn)
+			l.mu.Unlock()
+			switch {
+			case ok:
+				return nil
+			case err != nil:
+				return err
+			}
 			return ErrClosed
 		}
 		select {

@@ -500,3 +500,51 @@ func TestIntervalSyncDoesNotHoldWrites(t *testing.T) {
 	}
 	closeEmpty(t, l, store, store2)
 }
+
+// TestWaitDuringClose: a record appended before Close is written and
+// fsynced by it, so a WaitDurable that starts while Close drains the log
+// waits for it and succeeds, instead of failing with ErrClosed for a
+// change that is kept.
+func TestWaitDuringClose(t *testing.T) {
+	for _, policy := range []Sync{SyncAlways, SyncInterval, SyncNever} {
+		t.Run(policy.String(), func(t *testing.T) {
+			l, err := New(Options{Dir: t.TempDir(), Sync: policy})
+			if err != nil {
+				t.Fatal(err)
+			}
+			gate := make(chan struct{})
+			l.testHookWrite = func() { <-gate }
+			if err := l.Start(0); err != nil {
+				t.Fatal(err)
+			}
+			store := write(t, l, 1, 1)
+			closed := make(chan error, 1)
+			go func() { closed <- l.Close() }()
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+				l.mu.Lock()
+				c := l.mu.closed
+				l.mu.Unlock()
+				if c {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("Close did not start")
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			waited := make(chan error, 1)
+			go func() { waited <- l.WaitDurable(ctx, l.Last()) }()
+			close(gate)
+			if err := <-waited; err != nil {
+				t.Fatalf("WaitDurable during Close: %v", err)
+			}
+			if err := <-closed; err != nil {
+				t.Fatal(err)
+			}
+			if store.Len() != 0 {
+				t.Fatalf("the log kept %d chunk references", store.Len())
+			}
+		})
+	}
+}
