@@ -433,8 +433,11 @@ func restoreItem(t *serverTable, r *checkpoint.Record, chunks map[uint64]*chunks
 	// an insert's are, so that no item is restored that every sample of
 	// would fail.
 	traj := table.EncodeTrajectory(pi.GetFlatTrajectory())
-	if err := checkStoredTrajectory(traj, chunks); err != nil {
-		return bad("%v", err)
+	if _, err := checkTrajectory(traj, chunks); err != nil {
+		if err.notHeld {
+			return bad("flat_trajectory.%s: chunk %d is not in the checkpoint", err.field, err.key)
+		}
+		return bad("flat_trajectory.%s", err.reason())
 	}
 	if pi.GetTimesSampled() < 0 {
 		return bad("times_sampled %d is negative", pi.GetTimesSampled())
@@ -459,47 +462,6 @@ func restoreItem(t *serverTable, r *checkpoint.Record, chunks map[uint64]*chunks
 	if err != nil {
 		unrefAll(cs)
 		return fmt.Errorf("table %q: item record at byte offset %d: %w", t.Name(), r.Offset, err)
-	}
-	return nil
-}
-
-// checkStoredTrajectory checks a restored item's encoded trajectory as an
-// insert's is checked (server/insert.go, itemChunks): columns with slices,
-// the squeeze rule, and every slice within its chunk.
-func checkStoredTrajectory(traj []byte, chunks map[uint64]*chunkstore.Chunk) error {
-	j := 0
-	for rest := traj; ; j++ {
-		col, r, ok := nextMessage(rest, trajColumnsField)
-		if !ok {
-			break
-		}
-		rest = r
-		squeeze, n := columnSqueeze(col)
-		if n == 0 {
-			return fmt.Errorf("flat_trajectory.columns[%d] has no chunk slices", j)
-		}
-		k := 0
-		for cr := col; ; k++ {
-			b, r, ok := nextMessage(cr, columnSlicesField)
-			if !ok {
-				break
-			}
-			cr = r
-			sl := parseSlice(b)
-			if squeeze && (n != 1 || sl.length != 1) {
-				return fmt.Errorf("flat_trajectory.columns[%d].squeeze: a squeezed column needs exactly one slice of length 1", j)
-			}
-			c := chunks[sl.chunkKey]
-			if c == nil {
-				return fmt.Errorf("flat_trajectory.columns[%d].chunk_slices[%d]: chunk %d is not in the checkpoint", j, k, sl.chunkKey)
-			}
-			if err := checkSlice(sl, c); err != nil {
-				return fmt.Errorf("flat_trajectory.columns[%d].chunk_slices[%d]%v", j, k, err)
-			}
-		}
-	}
-	if j == 0 {
-		return fmt.Errorf("flat_trajectory has no columns")
 	}
 	return nil
 }

@@ -195,11 +195,37 @@ func (is *insertStream) insert(ctx context.Context, i int, it *wireItem) error {
 
 // itemChunks checks the encoded trajectory of request item i against the
 // chunks the stream holds and returns its distinct chunks in order of first
+// appearance (without taking references).
+func (is *insertStream) itemChunks(i int, traj []byte) ([]*chunkstore.Chunk, error) {
+	chunks, err := checkTrajectory(traj, is.held)
+	if err != nil {
+		if err.notHeld {
+			return nil, fmt.Errorf("%w: items[%d].flat_trajectory.%s: chunk %d is not held by this stream", ErrChunkNotHeld, i, err.field, err.key)
+		}
+		return nil, fmt.Errorf("%w: items[%d].flat_trajectory.%s", ErrInvalidRequest, i, err.reason())
+	}
+	return chunks, nil
+}
+
+// trajError says what checkTrajectory found wrong, and where: field is
+// relative to the FlatTrajectory ("columns[2].chunk_slices[0]"), and
+// detail continues it (".index: ...", ": rows ... out of range").
+type trajError struct {
+	field, detail string
+	notHeld       bool   // the slice names a chunk chunks does not hold
+	key           uint64 // that chunk
+}
+
+func (e *trajError) reason() string { return e.field + e.detail }
+
+// checkTrajectory checks an encoded trajectory as an insert and a restore
+// both do: columns with slices, the squeeze rule, and every slice within a
+// chunk of chunks. It returns the distinct chunks in order of first
 // appearance (without taking references). Field names are formatted only
 // for errors: building them for every item, column and slice cost 6% of
 // the server's CPU on small items.
-func (is *insertStream) itemChunks(i int, traj []byte) ([]*chunkstore.Chunk, error) {
-	var chunks []*chunkstore.Chunk
+func checkTrajectory(traj []byte, chunks map[uint64]*chunkstore.Chunk) ([]*chunkstore.Chunk, *trajError) {
+	var cs []*chunkstore.Chunk
 	j := 0
 	for rest := traj; ; j++ {
 		col, r, ok := nextMessage(rest, trajColumnsField)
@@ -207,10 +233,9 @@ func (is *insertStream) itemChunks(i int, traj []byte) ([]*chunkstore.Chunk, err
 			break
 		}
 		rest = r
-		cf := func() string { return fmt.Sprintf("items[%d].flat_trajectory.columns[%d]", i, j) }
 		squeeze, n := columnSqueeze(col)
 		if n == 0 {
-			return nil, fmt.Errorf("%w: %s.chunk_slices: column has no chunk slices", ErrInvalidRequest, cf())
+			return nil, &trajError{field: fmt.Sprintf("columns[%d].chunk_slices", j), detail: ": column has no chunk slices"}
 		}
 		k := 0
 		for cr := col; ; k++ {
@@ -221,22 +246,22 @@ func (is *insertStream) itemChunks(i int, traj []byte) ([]*chunkstore.Chunk, err
 			cr = r
 			sl := parseSlice(b)
 			if squeeze && (n != 1 || sl.length != 1) {
-				return nil, fmt.Errorf("%w: %s.squeeze: a squeezed column needs exactly one slice of length 1", ErrInvalidRequest, cf())
+				return nil, &trajError{field: fmt.Sprintf("columns[%d].squeeze", j), detail: ": a squeezed column needs exactly one slice of length 1"}
 			}
-			c, ok := is.held[sl.chunkKey]
+			c, ok := chunks[sl.chunkKey]
 			if !ok {
-				return nil, fmt.Errorf("%w: %s.chunk_slices[%d].chunk_key: chunk %d is not held by this stream", ErrChunkNotHeld, cf(), k, sl.chunkKey)
+				return nil, &trajError{field: fmt.Sprintf("columns[%d].chunk_slices[%d].chunk_key", j, k), notHeld: true, key: sl.chunkKey}
 			}
 			if err := checkSlice(sl, c); err != nil {
-				return nil, fmt.Errorf("%w: %s.chunk_slices[%d]%v", ErrInvalidRequest, cf(), k, err)
+				return nil, &trajError{field: fmt.Sprintf("columns[%d].chunk_slices[%d]", j, k), detail: err.Error()}
 			}
-			chunks = addChunk(chunks, c)
+			cs = addChunk(cs, c)
 		}
 	}
 	if j == 0 {
-		return nil, fmt.Errorf("%w: items[%d].flat_trajectory.columns: item has no columns", ErrInvalidRequest, i)
+		return nil, &trajError{field: "columns", detail: ": item has no columns"}
 	}
-	return chunks, nil
+	return cs, nil
 }
 
 // checkSlice checks a slice against its chunk. Its error text continues a

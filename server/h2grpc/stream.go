@@ -633,31 +633,37 @@ func (c *conn) popPart(s *stream) {
 // order they stopped, once the window has grown (under mu). Those it
 // stops again wait for the next WINDOW_UPDATE.
 func (c *conn) pumpConnWait() {
-	w := c.connWait
-	c.connWait, c.spareConnWait = c.spareConnWait[:0], nil
-	for i, s := range w {
-		s.connWait = false
-		w[i] = nil
-		if s.sendLeft > 0 {
-			c.pump(s)
-		}
-	}
-	c.spareConnWait = w[:0]
+	c.pumpWaiting(&c.connWait, &c.spareConnWait, func(s *stream) *bool { return &s.connWait })
 }
 
 // pumpOutWait pumps the streams maxOutQueued stopped, in the order they
 // stopped, once the writer has taken what was queued (under mu).
 func (c *conn) pumpOutWait() {
-	w := c.outWait
-	c.outWait, c.spareOutWait = c.spareOutWait[:0], nil
+	c.pumpWaiting(&c.outWait, &c.spareOutWait, func(s *stream) *bool { return &s.outWait })
+}
+
+// pumpWaiting pumps the streams of *list, clearing the flag that says a
+// stream is on it; *list is swapped for *spare first, so that those
+// stopped again go on a list of their own (under mu).
+func (c *conn) pumpWaiting(list, spare *[]*stream, flag func(*stream) *bool) {
+	w := *list
+	*list, *spare = (*spare)[:0], nil
 	for i, s := range w {
-		s.outWait = false
+		*flag(s) = false
 		w[i] = nil
 		if s.sendLeft > 0 {
 			c.pump(s)
 		}
 	}
-	c.spareOutWait = w[:0]
+	*spare = w[:0]
+}
+
+// unwait takes s off *list, if its flag says it is there (under mu).
+func unwait(list *[]*stream, s *stream, flag *bool) {
+	if *flag {
+		*list = slices.DeleteFunc(*list, func(w *stream) bool { return w == s })
+		*flag = false
+	}
 }
 
 // pumpAll pumps every stream with bytes to send: for a change of the
@@ -763,16 +769,10 @@ func (c *conn) remove(s *stream) {
 	delete(c.streams, s.id)
 	c.removed = append(c.removed, s)
 	c.hasRemoved.Store(true)
-	if s.connWait {
-		// Forgotten at once, not at the next connection WINDOW_UPDATE,
-		// which a client that never grants one would never send.
-		c.connWait = slices.DeleteFunc(c.connWait, func(w *stream) bool { return w == s })
-		s.connWait = false
-	}
-	if s.outWait {
-		c.outWait = slices.DeleteFunc(c.outWait, func(w *stream) bool { return w == s })
-		s.outWait = false
-	}
+	// Forgotten at once, not at the next connection WINDOW_UPDATE (which
+	// a client that never grants one would never send) or writer batch.
+	unwait(&c.connWait, s, &s.connWait)
+	unwait(&c.outWait, s, &s.outWait)
 	signal(s.rwake)
 	signal(s.swake)
 	c.closeIfDrained()
