@@ -199,8 +199,9 @@ type Log struct {
 	testHookSync func()
 
 	// Owned by the writer goroutine.
-	seg *segment
-	buf []byte
+	seg     *segment
+	buf     []byte
+	cutDone uint64 // the mark of the last cut that got through
 }
 
 // New returns a Log that keeps nothing until Start. It touches no files.
@@ -514,8 +515,8 @@ func (l *Log) run() {
 		if fire {
 			l.opts.OnSize()
 		}
-		if cutAt > 0 && err == nil && !failed {
-			l.cut(cutAt)
+		if cutAt > l.cutDone && err == nil && !failed && l.cut(cutAt) {
+			l.cutDone = cutAt // not listed again for every batch after it
 		}
 		if closing && !more {
 			stopSyncer() // before the segment it syncs is closed
@@ -654,12 +655,14 @@ func (l *Log) writeBatch(batch []entry, first, rotateAt uint64) (int64, error) {
 	return total, nil
 }
 
-// cut removes the segments that hold only records at or before mark.
-func (l *Log) cut(mark uint64) {
+// cut removes the segments that hold only records at or before mark. It
+// reports whether it got through; if not, the writer tries again after its
+// next batch.
+func (l *Log) cut(mark uint64) bool {
 	segs, err := listSegments(l.opts.Dir)
 	if err != nil {
 		l.log.Warn("write-ahead log: cannot list segments to cut", "dir", l.opts.Dir, "err", err)
-		return
+		return false
 	}
 	removed := 0
 	for i, s := range segs {
@@ -668,7 +671,7 @@ func (l *Log) cut(mark uint64) {
 		}
 		if err := os.Remove(s.path); err != nil {
 			l.log.Warn("write-ahead log: cannot remove segment", "file", s.path, "err", err)
-			return
+			return false
 		}
 		removed++
 	}
@@ -677,4 +680,5 @@ func (l *Log) cut(mark uint64) {
 			l.log.Warn("write-ahead log: cannot sync directory", "dir", l.opts.Dir, "err", err)
 		}
 	}
+	return true
 }
