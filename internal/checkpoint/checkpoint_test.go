@@ -295,15 +295,24 @@ func TestStructuralErrors(t *testing.T) {
 		"file count":            {[]rec{{KindTable, hdr("a")}, {KindTableEnd, uv(0)}, {KindFileEnd, uv(2, 0, 0)}}, "counts 2 tables"},
 		"unclosed table":        {[]rec{{KindTable, hdr("a")}, {KindFileEnd, uv(1, 0, 0)}}, "inside table"},
 		"duplicate table":       {[]rec{{KindTable, hdr("a")}, {KindTableEnd, uv(0)}, {KindTable, hdr("a")}, {KindTableEnd, uv(0)}, {KindFileEnd, uv(2, 0, 0)}}, "appears twice"},
-		"duplicate chunk":       {[]rec{{KindChunk, msg(testChunk(5, 1))}, {KindChunk, msg(testChunk(5, 1))}, {KindFileEnd, uv(0, 0, 2)}}, "chunk 5 appears twice"},
-		"unknown kind":          {[]rec{{Kind(9), nil}, {KindFileEnd, uv(0, 0, 0)}}, "unknown record kind 9"},
-		"no file end":           {[]rec{{KindTable, hdr("a")}, {KindTableEnd, uv(0)}}, "without a file-end record"},
-		"bad proto":             {[]rec{{KindTable, []byte{0xff, 0xff}}, {KindTableEnd, uv(0)}, {KindFileEnd, uv(1, 0, 0)}}, "not a valid PriorityTableCheckpoint"},
+		"duplicate chunk":       {[]rec{{KindTable, hdr("a")}, {KindChunk, msg(testChunk(5, 1))}, {KindChunk, msg(testChunk(5, 1))}, {KindTableEnd, uv(0)}, {KindFileEnd, uv(1, 0, 2)}}, "chunk 5 appears twice"},
+		"chunk outside a table": {[]rec{{KindChunk, msg(testChunk(5, 1))}, {KindFileEnd, uv(0, 0, 1)}}, "chunk record outside a table"},
+		// Caught by Verify, not first by the load pass: an imported
+		// snapshot that verifies must load.
+		"duplicate item": {[]rec{{KindTable, hdr("a")}, {KindChunk, msg(testChunk(5, 1))}, {KindItem, msg(testItem(1, "a", 5))}, {KindItem, msg(testItem(1, "a", 5))}, {KindTableEnd, uv(2)}, {KindFileEnd, uv(1, 2, 1)}}, `item 1 appears twice in table "a"`},
+		"unknown kind":   {[]rec{{Kind(9), nil}, {KindFileEnd, uv(0, 0, 0)}}, "unknown record kind 9"},
+		"no file end":    {[]rec{{KindTable, hdr("a")}, {KindTableEnd, uv(0)}}, "without a file-end record"},
+		"bad proto":      {[]rec{{KindTable, []byte{0xff, 0xff}}, {KindTableEnd, uv(0)}, {KindFileEnd, uv(1, 0, 0)}}, "not a valid PriorityTableCheckpoint"},
 		// A chunk whose key parses but whose data is cut short inside:
 		// Verify must refuse what Read would (it once checked only the
 		// key, and an imported snapshot passed and then failed to load).
 		"chunk data cut short": {[]rec{{KindTable, hdr("a")}, {KindChunk, []byte{0x08, 0x07, 0x2a, 0x02, 0x0a, 0x80}}, {KindItem, msg(testItem(1, "a", 7))}, {KindTableEnd, uv(1)}, {KindFileEnd, uv(1, 1, 1)}}, "not a valid ChunkData"},
 	}
+	// Keys are unique per table, not per file.
+	cases["same key in two tables"] = struct {
+		recs []rec
+		want string
+	}{[]rec{{KindTable, hdr("a")}, {KindChunk, msg(testChunk(5, 1))}, {KindItem, msg(testItem(1, "a", 5))}, {KindTableEnd, uv(1)}, {KindTable, hdr("b")}, {KindItem, msg(testItem(1, "b", 5))}, {KindTableEnd, uv(1)}, {KindFileEnd, uv(2, 2, 1)}}, ""}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			w, err := Create(t.TempDir(), time.Now())
@@ -317,6 +326,12 @@ func TestStructuralErrors(t *testing.T) {
 			w.f.Close()
 			w.f = nil
 			_, err = Verify(w.tmpPath)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("valid file refused: %v", err)
+				}
+				return
+			}
 			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v, want corrupt: %q", err, tc.want)
 			}
@@ -336,6 +351,14 @@ func TestWriterRefusesBadSequences(t *testing.T) {
 	if _, err := w.Commit(); err == nil {
 		t.Fatal("commit after an error succeeded")
 	}
+	w, err = Create(t.TempDir(), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Chunk(testChunk(5, 1)); err == nil || !strings.Contains(err.Error(), "outside a table") {
+		t.Fatalf("chunk outside a table: %v", err)
+	}
+	w.Abort()
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("failed checkpoint left %s: %v", dir, err)
 	}

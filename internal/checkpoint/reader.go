@@ -193,7 +193,8 @@ func scan(path string, fn func(*Record) error) (*Summary, error) {
 	sum := &Summary{Path: path, Size: s.size}
 	chunks := make(map[uint64]struct{})
 	tableNames := make(map[string]bool)
-	var cur *TableSummary // the open table
+	var cur *TableSummary        // the open table
+	var keys map[uint64]struct{} // the open table's item keys
 	for s.record = 0; ; s.record++ {
 		kind, payload, err := s.next()
 		if err == io.EOF {
@@ -222,10 +223,14 @@ func scan(path string, fn func(*Record) error) (*Summary, error) {
 				return nil, s.corrupt("table %q carries deprecated_items, which this format does not use", name)
 			}
 			tableNames[name] = true
+			keys = make(map[uint64]struct{})
 			sum.Tables = append(sum.Tables, TableSummary{Header: h})
 			cur = &sum.Tables[len(sum.Tables)-1]
 			rec.Table = h
 		case KindChunk:
+			if cur == nil {
+				return nil, s.corrupt("chunk record outside a table")
+			}
 			key, err := chunkKey(payload)
 			if err != nil {
 				return nil, s.corrupt("chunk record is not a valid ChunkData: %v", err)
@@ -254,6 +259,12 @@ func scan(path string, fn func(*Record) error) (*Summary, error) {
 			if it.GetTable() != cur.Header.GetTableName() {
 				return nil, s.corrupt("item %d names table %q inside table %q", it.GetKey(), it.GetTable(), cur.Header.GetTableName())
 			}
+			// Caught here, not only when the table takes the items: a
+			// file that Verify passes must load.
+			if _, dup := keys[it.GetKey()]; dup {
+				return nil, s.corrupt("item %d appears twice in table %q", it.GetKey(), it.GetTable())
+			}
+			keys[it.GetKey()] = struct{}{}
 			if len(it.GetFlatTrajectory().GetColumns()) == 0 {
 				return nil, s.corrupt("item %d of table %q has no trajectory columns", it.GetKey(), it.GetTable())
 			}
@@ -279,7 +290,7 @@ func scan(path string, fn func(*Record) error) (*Summary, error) {
 				return nil, s.corrupt("table %q: table-end record counts %d items, the file holds %d", cur.Header.GetTableName(), vals[0], cur.Items)
 			}
 			rec.Count = cur.Items
-			cur = nil
+			cur, keys = nil, nil
 		case KindFileEnd:
 			if cur != nil {
 				return nil, s.corrupt("file-end record inside table %q", cur.Header.GetTableName())

@@ -151,6 +151,9 @@ func (w *Writer) HasChunk(key uint64) bool {
 
 // Chunk writes c unless a chunk with its key was written already.
 func (w *Writer) Chunk(c *reverbpb.ChunkData) error {
+	if !w.inTbl {
+		return w.fail(fmt.Errorf("checkpoint: chunk %d outside a table", c.GetChunkKey()))
+	}
 	if w.HasChunk(c.GetChunkKey()) {
 		return w.err
 	}
@@ -165,6 +168,9 @@ func (w *Writer) Chunk(c *reverbpb.ChunkData) error {
 // unless a chunk with key was written already. key must be enc's
 // chunk_key.
 func (w *Writer) ChunkEncoded(key uint64, enc []byte) error {
+	if !w.inTbl {
+		return w.fail(fmt.Errorf("checkpoint: chunk %d outside a table", key))
+	}
 	if w.HasChunk(key) {
 		return w.err
 	}
