@@ -555,6 +555,11 @@ func (c *conn) onData(id uint32, flags http2.Flags, n int) error {
 			return connError{http2.ErrCodeFlowControl, fmt.Sprintf("DATA beyond stream %d's window", id)}
 		}
 		s.unacked += int64(n)
+		// What the reader holds of the message being read, before this
+		// frame's bytes: nothing once it drops the stream's data.
+		if s.partial = int64(s.np + s.at); s.dropping {
+			s.partial = 0
+		}
 		c.maybeReturn(s)
 	case s != nil || c.marks.has(id, markEnded):
 		// DATA after the client's END_STREAM (RFC 9113, 5.1): a stream
@@ -635,10 +640,19 @@ func (c *conn) streamErrorLocked(id uint32, code http2.ErrCode, reason string) e
 }
 
 // maybeReturn returns a stream's window to the client once a quarter of
-// it is used, unless the stream's handler has a window's worth of
-// messages still to read (under mu).
+// it is used, unless the stream holds a window's worth of bytes its
+// handler has not read: messages queued and the one being read. The
+// message being read does not hold the window back while the handler
+// waits for it, or no message larger than the window would ever arrive
+// (gRPC-Go widens the window for a message the handler waits for in the
+// same way). So a stream whose handler does not read holds about two
+// windows at most, whatever the size of the messages (under mu).
 func (c *conn) maybeReturn(s *stream) {
-	if s.unacked < int64(c.opts.StreamWindow)/4 || s.queuedBytes >= int64(c.opts.StreamWindow) || s.recvDone || s.closed {
+	w := int64(c.opts.StreamWindow)
+	if s.unacked < w/4 || s.recvDone || s.closed {
+		return
+	}
+	if held := s.queuedBytes + s.partial; held >= w && (!s.waiting || s.queuedBytes >= w) {
 		return
 	}
 	c.windowUpdate(s.id, s.unacked)
@@ -739,6 +753,7 @@ func (c *conn) deliver(s *stream) error {
 	size := msgCharge(s.msgLen)
 	s.parts, s.cur, s.curAt, s.np, s.msgLen, s.at = nil, nil, 0, 0, 0, 0
 	c.mu.Lock()
+	s.partial, s.waiting = 0, false
 	if s.closed || s.finished {
 		c.mu.Unlock()
 		msg.Free()

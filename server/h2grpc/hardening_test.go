@@ -8,6 +8,9 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // ping sends PING data and reads frames until its ACK: every frame the
@@ -186,4 +189,88 @@ func TestUnreadSocketIsBounded(t *testing.T) {
 		}
 	}
 	t.Fatalf("Flood neither stopped nor passed the limit (sent %d)", impl.sent.Load())
+}
+
+// A stream whose handler does not read holds about two stream windows of
+// a message, however large the message: the window used to be returned
+// while the message being read grew, so that each such stream could take
+// one message up to MaxRecvMsgSize (2 GiB by default) while its handler
+// was busy elsewhere (found by review).
+func TestHalfReadMessageIsBounded(t *testing.T) {
+	const window = 64 << 10
+	// PINGs mark what the server has read; many are sent.
+	_, impl, addr := start(t, Options{StreamWindow: window, ConnWindow: 16 << 20, KeepaliveMinTime: time.Nanosecond})
+	c := dialRaw(t, addr)
+	c.headers(1, "/"+svcName+"/Block", false)
+	waitStarted(t, impl)
+	const size = 8 << 20
+	if err := c.fr.WriteData(1, false, []byte{0, size >> 24, size >> 16 & 0xff, size >> 8 & 0xff, size & 0xff}); err != nil {
+		t.Fatal(err)
+	}
+	streamWin, connWin := int64(window-5), int64(65535-5)
+	sent := 0
+	chunk := make([]byte, 16384)
+	for round := byte(0); ; round++ {
+		for streamWin > 0 && connWin > 0 && sent < size {
+			n := int(min(int64(len(chunk)), streamWin, connWin, int64(size-sent)))
+			if err := c.fr.WriteData(1, false, chunk[:n]); err != nil {
+				t.Fatal(err)
+			}
+			sent += n
+			streamWin -= int64(n)
+			connWin -= int64(n)
+		}
+		// Every WINDOW_UPDATE the server sends for the frames above comes
+		// before its answer to this PING.
+		grew := false
+		data := [8]byte{7, round}
+		if err := c.fr.WritePing(false, data); err != nil {
+			t.Fatal(err)
+		}
+		c.until("PING ack", func(f http2.Frame) bool {
+			switch f := f.(type) {
+			case *http2.WindowUpdateFrame:
+				if f.StreamID == 1 {
+					streamWin += int64(f.Increment)
+					grew = true
+				} else if f.StreamID == 0 {
+					connWin += int64(f.Increment)
+				}
+			case *http2.PingFrame:
+				return f.IsAck() && f.Data == data
+			}
+			return false
+		})
+		if sent == size || (!grew && streamWin <= 0) {
+			break
+		}
+	}
+	if sent > 2*window+2*16384 {
+		t.Fatalf("the server let the client send %d bytes of one message to a handler that reads none, over a %d-byte window", sent, window)
+	}
+	t.Logf("%d bytes sent before the window closed", sent)
+}
+
+// A message many times the stream window still arrives when the handler
+// waits for it.
+func TestMessageLargerThanWindow(t *testing.T) {
+	_, _, addr := start(t, Options{StreamWindow: 64 << 10})
+	st, err := dial(t, addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(8<<20))).
+		NewStream(ctxT(t), bidi, "/"+svcName+"/Chat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{100, 1 << 20, 3 << 20} {
+		in := &wrapperspb.BytesValue{Value: bytes.Repeat([]byte{byte(n)}, n)}
+		if err := st.SendMsg(in); err != nil {
+			t.Fatal(err)
+		}
+		out := new(wrapperspb.BytesValue)
+		if err := st.RecvMsg(out); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(in.Value, out.Value) {
+			t.Fatalf("%d bytes sent, %d received back", n, len(out.Value))
+		}
+	}
 }

@@ -55,6 +55,8 @@ type stream struct {
 	queuedBytes int64 // their size, with prefixes and msgOverhead each
 	recvWin     int64 // window the client has left
 	unacked     int64 // received and not yet returned
+	partial     int64 // bytes of the message being read, as of the last DATA frame
+	waiting     bool  // the handler waits in RecvMsg with nothing queued
 	recvDone    bool  // END_STREAM from the client
 	recvErr     error // RecvMsg's error after msgs
 	rwake       chan struct{}
@@ -388,14 +390,22 @@ func (s *stream) RecvMsg(m any) error {
 			}
 			return io.EOF
 		}
+		// The handler wants the message being read, however large:
+		// return the window that held it back.
+		s.waiting = true
+		c.maybeReturn(s)
 		c.mu.Unlock()
 		select {
 		case <-s.rwake:
 		case <-s.ctx.Done():
+			c.mu.Lock()
+			s.waiting = false
+			c.mu.Unlock()
 			return ctxErr(s.ctx)
 		}
 		c.mu.Lock()
 	}
+	s.waiting = false
 	// Taken from the head: a queue of many small messages must not cost
 	// a copy of the rest for each one.
 	data := s.msgs[s.msgHead]
