@@ -143,10 +143,13 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descTableItems, float64(info.Size), name)
 		gauge(descTableMaxItems, float64(info.MaxSize), name)
 		gauge(descTableEpisodes, float64(info.NumEpisodes), name)
-		counter(descTableInserts, float64(info.Inserts), name)
-		counter(descTableSamples, float64(info.Samples), name)
+		// From the statistics, which only grow: the rate limiter's
+		// counts go back to zero on Reset, and a counter that falls
+		// reads as a restart of the process.
+		counter(descTableInserts, float64(st.Inserts), name)
+		counter(descTableSamples, float64(st.Samples), name)
 		counter(descTableUpdates, float64(st.Updates), name)
-		counter(descTableDeletes, float64(info.Deletes), name)
+		counter(descTableDeletes, float64(st.Deletes), name)
 		counter(descTableResets, float64(st.Resets), name)
 		gauge(descTablePendingIns, float64(info.PendingInserts), name)
 		gauge(descTablePendingSmp, float64(info.PendingSamples), name)

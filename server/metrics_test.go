@@ -114,6 +114,25 @@ func TestMetrics(t *testing.T) {
 	if v := got["reverie_chunk_bytes{}"]; !(v > 0) {
 		t.Errorf("chunk bytes %v, want > 0", v)
 	}
+
+	// Counters never go down: Reset sets the rate limiter's counts back
+	// to zero, and they used to follow it (found by review).
+	if _, err := s.Client.Reset(ctx, &reverbpb.ResetRequest{Table: "prio"}); err != nil {
+		t.Fatal(err)
+	}
+	after := gather(t, s.Collector())
+	for name, want := range map[string]float64{
+		`reverie_table_items{table=prio}`:          0,
+		`reverie_table_inserts_total{table=prio}`:  3,
+		`reverie_table_samples_total{table=prio}`:  2,
+		`reverie_table_deletes_total{table=prio}`:  1,
+		`reverie_table_resets_total{table=prio}`:   1,
+		`reverie_table_inserts_total{table=other}`: 0,
+	} {
+		if v, ok := after[name]; !ok || v != want {
+			t.Errorf("after Reset: %s = %v (present %v), want %v", name, v, ok, want)
+		}
+	}
 }
 
 // A sample that waits on the rate limiter and gives up shows in the
