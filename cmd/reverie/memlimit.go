@@ -5,7 +5,9 @@ import (
 	"bytes"
 	"math"
 	"os"
+	"path"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -16,9 +18,10 @@ import (
 const machineMemoryShare = 0.9
 
 // machineMemory returns the memory available to this process: the
-// smallest of the cgroup v2 limit (memory.max), the cgroup v1 limit
-// (memory.limit_in_bytes) and the machine's MemTotal, with the name of the
-// file it came from. It returns 0 and "" when none can be read.
+// smallest of its cgroups' limits (memory.max under cgroup v2,
+// memory.limit_in_bytes under v1) and the machine's MemTotal, with the
+// name of the file it came from. It returns 0 and "" when none can be
+// read.
 func machineMemory(readFile func(string) ([]byte, error)) (int64, string) {
 	var best int64
 	var from string
@@ -27,7 +30,7 @@ func machineMemory(readFile func(string) ([]byte, error)) (int64, string) {
 			best, from = n, file
 		}
 	}
-	for _, file := range []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"} {
+	for _, file := range cgroupLimitFiles(readFile) {
 		b, err := readFile(file)
 		if err != nil {
 			continue
@@ -53,6 +56,38 @@ func machineMemory(readFile func(string) ([]byte, error)) (int64, string) {
 		}
 	}
 	return best, from
+}
+
+// cgroupLimitFiles lists the files that may hold a memory limit on this
+// process: those of its own cgroup and of each cgroup above it, as
+// /proc/self/cgroup names them, then those at the top of the hierarchy.
+// A systemd unit's MemoryMax= or a batch scheduler's job limit is on a
+// cgroup below the top, which a container with a cgroup namespace of its
+// own sees as the top.
+func cgroupLimitFiles(readFile func(string) ([]byte, error)) []string {
+	var files []string
+	if b, err := readFile("/proc/self/cgroup"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			// hierarchy-ID:controllers:path
+			f := strings.SplitN(line, ":", 3)
+			if len(f) != 3 || !strings.HasPrefix(f[2], "/") {
+				continue
+			}
+			var dir, name string
+			switch {
+			case f[0] == "0" && f[1] == "": // v2
+				dir, name = "/sys/fs/cgroup", "memory.max"
+			case slices.Contains(strings.Split(f[1], ","), "memory"): // v1
+				dir, name = "/sys/fs/cgroup/memory", "memory.limit_in_bytes"
+			default:
+				continue
+			}
+			for p, depth := path.Clean(f[2]), 0; p != "/" && depth < 64; p, depth = path.Dir(p), depth+1 {
+				files = append(files, dir+p+"/"+name)
+			}
+		}
+	}
+	return append(files, "/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
 }
 
 // memoryModeLimit is the Go soft memory limit for a memory-mode server:

@@ -45,6 +45,31 @@ func TestMachineMemory(t *testing.T) {
 			"/proc/meminfo":             meminfo,
 			"/sys/fs/cgroup/memory.max": "107374182400\n",
 		}, 24576000 << 10, "/proc/meminfo"},
+		// A systemd unit's MemoryMax=, seen from the host's cgroup
+		// namespace: the top of the hierarchy has no limit.
+		{"cgroup v2 limit on the process's own cgroup", map[string]string{
+			"/proc/meminfo":     meminfo,
+			"/proc/self/cgroup": "0::/system.slice/reverie.service\n",
+			"/sys/fs/cgroup/system.slice/reverie.service/memory.max": "4294967296\n",
+		}, 4 << 30, "/sys/fs/cgroup/system.slice/reverie.service/memory.max"},
+		{"cgroup v2 limit on a parent", map[string]string{
+			"/proc/meminfo":     meminfo,
+			"/proc/self/cgroup": "0::/user.slice/job-7/step\n",
+			"/sys/fs/cgroup/user.slice/job-7/step/memory.max": "max\n",
+			"/sys/fs/cgroup/user.slice/job-7/memory.max":      "2147483648\n",
+			"/sys/fs/cgroup/user.slice/memory.max":            "8589934592\n",
+		}, 2 << 30, "/sys/fs/cgroup/user.slice/job-7/memory.max"},
+		{"cgroup v1 limit on the process's own cgroup", map[string]string{
+			"/proc/meminfo":     meminfo,
+			"/proc/self/cgroup": "12:cpu,cpuacct:/slurm/job_9\n7:memory:/slurm/job_9\n1:name=systemd:/x\n",
+			"/sys/fs/cgroup/memory/slurm/job_9/memory.limit_in_bytes": "3221225472\n",
+		}, 3 << 30, "/sys/fs/cgroup/memory/slurm/job_9/memory.limit_in_bytes"},
+		// A container with a namespace of its own sees itself at the top.
+		{"cgroup namespace", map[string]string{
+			"/proc/meminfo":             meminfo,
+			"/proc/self/cgroup":         "0::/\n",
+			"/sys/fs/cgroup/memory.max": "1073741824\n",
+		}, 1 << 30, "/sys/fs/cgroup/memory.max"},
 		{"garbage", map[string]string{
 			"/proc/meminfo":             "MemTotal: lots\n",
 			"/sys/fs/cgroup/memory.max": "-1\n",
