@@ -11,6 +11,7 @@ import (
 	"github.com/reverie-rl/reverie/server"
 	"github.com/reverie-rl/reverie/server/servertest"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 // TestSampleBatchesAreBounded asks for 2^40 samples of one item: the
@@ -85,5 +86,32 @@ func TestShutdownEndsInitializeConnection(t *testing.T) {
 		t.Fatalf("Shutdown after %v: %v", time.Since(start), err)
 	}
 	_, err = st.Recv()
+	wantCode(t, err, codes.Unavailable)
+}
+
+// TestShutdownEndsHealthWatch: a client watching the health service (as
+// gRPC's client-side health checking does) does not hold up a drain; it
+// reads NOT_SERVING, then UNAVAILABLE. gRPC-Go's own Watch kept the call
+// open until the drain's timeout, which then cancelled every stream
+// (found by review).
+func TestShutdownEndsHealthWatch(t *testing.T) {
+	s := servertest.Start(t, testConfig(uniformTable("u", 10, server.MinSize(1))))
+	w, err := healthpb.NewHealthClient(s.Conn).Watch(ctxT(t), &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := w.Recv(); err != nil || r.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("first status: %v %v", r, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := s.Server.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown after %v: %v", time.Since(start), err)
+	}
+	if r, err := w.Recv(); err != nil || r.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("status while draining: %v %v", r, err)
+	}
+	_, err = w.Recv()
 	wantCode(t, err, codes.Unavailable)
 }

@@ -202,7 +202,7 @@ func New(cfg Config) (*Server, error) {
 	s.health = health.NewServer()
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(reverbpb.ReverbService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-	healthpb.RegisterHealthServer(s.grpc, s.health)
+	healthpb.RegisterHealthServer(s.grpc, healthService{Server: s.health, closing: s.closing})
 	reflection.Register(s.grpc)
 	return s, nil
 }
