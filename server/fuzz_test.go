@@ -93,6 +93,9 @@ func FuzzInsertStream(f *testing.F) {
 		f.Add(mustMarshal(f, b), mustMarshal(f, good), mustMarshal(f, &reverbpb.SampleStreamRequest{Table: "queue", NumSamples: 1}))
 	}
 	f.Add([]byte{0xff, 0x01}, []byte{}, []byte{0x10, 0x80})
+	// Groups (field 15, holding field 1 as a varint and a nested group of
+	// field 2) before a good request.
+	f.Add(append([]byte{0x7b, 0x08, 0x01, 0x13, 0x14, 0x7c}, mustMarshal(f, good)...), mustMarshal(f, next), mustMarshal(f, sample))
 
 	f.Fuzz(func(t *testing.T, b1, b2, b3 []byte) {
 		s := fuzzServer(t)
