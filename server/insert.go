@@ -225,7 +225,7 @@ func (e *trajError) reason() string { return e.field + e.detail }
 // for errors: building them for every item, column and slice cost 6% of
 // the server's CPU on small items.
 func checkTrajectory(traj []byte, chunks map[uint64]*chunkstore.Chunk) ([]*chunkstore.Chunk, *trajError) {
-	var cs []*chunkstore.Chunk
+	var cs chunkList
 	j := 0
 	for rest := traj; ; j++ {
 		col, r, ok := nextMessage(rest, trajColumnsField)
@@ -255,13 +255,13 @@ func checkTrajectory(traj []byte, chunks map[uint64]*chunkstore.Chunk) ([]*chunk
 			if err := checkSlice(sl, c); err != nil {
 				return nil, &trajError{field: fmt.Sprintf("columns[%d].chunk_slices[%d]", j, k), detail: err.Error()}
 			}
-			cs = addChunk(cs, c)
+			cs.add(c)
 		}
 	}
 	if j == 0 {
 		return nil, &trajError{field: "columns", detail: ": item has no columns"}
 	}
-	return cs, nil
+	return cs.cs, nil
 }
 
 // checkSlice checks a slice against its chunk. Its error text continues a
@@ -290,17 +290,18 @@ func checkSlice(sl trajSlice, c *chunkstore.Chunk) error {
 // hand over). If lookup finds no chunk for a key, trajectoryChunks takes no
 // reference and returns that key and false.
 func trajectoryChunks(traj []byte, lookup func(key uint64) *chunkstore.Chunk) (cs []*chunkstore.Chunk, missing uint64, ok bool) {
+	var l chunkList
 	for sl := range slicesOf(traj) {
 		c := lookup(sl.chunkKey)
 		if c == nil {
 			return nil, sl.chunkKey, false
 		}
-		cs = addChunk(cs, c)
+		l.add(c)
 	}
-	for _, c := range cs {
+	for _, c := range l.cs {
 		c.Ref()
 	}
-	return cs, 0, true
+	return l.cs, 0, true
 }
 
 func unrefAll(cs []*chunkstore.Chunk) {
@@ -309,26 +310,44 @@ func unrefAll(cs []*chunkstore.Chunk) {
 	}
 }
 
-// addChunk returns cs with c added at the end unless cs holds it already.
-// The list of a single chunk is the chunk's own (Chunk.List): most items
-// name one chunk, and this spares the collector a heap object per item.
-func addChunk(cs []*chunkstore.Chunk, c *chunkstore.Chunk) []*chunkstore.Chunk {
-	switch {
-	case len(cs) == 0:
-		return c.List()
-	case containsChunk(cs, c):
-		return cs
-	}
-	return append(cs, c)
+// chunkList collects the distinct chunks of an item in order of first
+// appearance. The list of a single chunk is the chunk's own (Chunk.List):
+// most items name one chunk, and this spares the collector a heap object
+// per item. Past smallChunkList chunks a map indexes them: a list scanned
+// for each slice cost N²/2 comparisons for an item of N slices over N
+// chunks (1.35 s of CPU for 100,000, from a request of 2.4 MiB).
+type chunkList struct {
+	cs   []*chunkstore.Chunk
+	seen map[*chunkstore.Chunk]struct{}
 }
 
-func containsChunk(cs []*chunkstore.Chunk, c *chunkstore.Chunk) bool {
-	for _, x := range cs {
-		if x == c {
-			return true
+const smallChunkList = 16
+
+// add adds c at the end unless the list holds it already.
+func (l *chunkList) add(c *chunkstore.Chunk) {
+	switch {
+	case len(l.cs) == 0:
+		l.cs = c.List()
+		return
+	case l.cs[len(l.cs)-1] == c: // slices of one chunk come together
+		return
+	case l.seen == nil && len(l.cs) < smallChunkList:
+		if slices.Contains(l.cs, c) {
+			return
 		}
+	default:
+		if l.seen == nil {
+			l.seen = make(map[*chunkstore.Chunk]struct{}, 2*len(l.cs))
+			for _, x := range l.cs {
+				l.seen[x] = struct{}{}
+			}
+		}
+		if _, ok := l.seen[c]; ok {
+			return
+		}
+		l.seen[c] = struct{}{}
 	}
-	return false
+	l.cs = append(l.cs, c)
 }
 
 // keep drops every held chunk not in keys, then checks that every key in
