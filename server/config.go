@@ -286,7 +286,13 @@ func (c *Config) Validate() error {
 			}
 		}
 	}
-	if c.WAL.Enabled() {
+	if !c.WAL.Enabled() {
+		// An operator who names a log directory wants a log: starting
+		// without one would lose what they meant to keep.
+		if c.WAL.Dir != "" || c.WAL.Interval != 0 || c.WAL.CheckpointAfterBytes != 0 {
+			return fmt.Errorf("%w: wal: dir, interval or checkpoint_after_bytes is set but fsync is not; fsync (always, interval or never) turns the write-ahead log on", ErrInvalidConfig)
+		}
+	} else {
 		if _, err := wal.ParseSync(c.WAL.Fsync); err != nil {
 			return fmt.Errorf("%w: wal.fsync: want always, interval or never, got %q", ErrInvalidConfig, c.WAL.Fsync)
 		}

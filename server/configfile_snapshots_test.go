@@ -108,3 +108,35 @@ func TestSnapshotConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestWALConfigValidate: settings of the log without fsync, which turns it
+// on, are refused rather than ignored: `--wal-dir` alone used to start a
+// server without a log and without a word (found by review).
+func TestWALConfigValidate(t *testing.T) {
+	base := func(w WALConfig) Config {
+		return Config{Tables: []TableConfig{QueueTable("q", 10)}, CheckpointDir: "/srv/ck", WAL: w}
+	}
+	for _, tt := range []struct {
+		w    WALConfig
+		want string
+	}{
+		{WALConfig{}, ""},
+		{WALConfig{Fsync: "interval", Interval: time.Second, Dir: "/srv/wal"}, ""},
+		{WALConfig{Fsync: "always", Dir: "/srv/wal", CheckpointAfterBytes: -1}, ""},
+		{WALConfig{Dir: "/srv/wal"}, "fsync is not"},
+		{WALConfig{Interval: time.Second}, "fsync is not"},
+		{WALConfig{CheckpointAfterBytes: 1 << 20}, "fsync is not"},
+	} {
+		c := base(tt.w)
+		err := c.Validate()
+		if tt.want == "" {
+			if err != nil {
+				t.Errorf("Validate(%+v) = %v", tt.w, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tt.want) || !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("Validate(%+v) = %v, want %q", tt.w, err, tt.want)
+		}
+	}
+}

@@ -974,10 +974,17 @@ wait:
 	}()
 	cmd.Wait()
 
-	for _, flag := range []string{"--port", "--memory-limit-bytes"} {
-		out, err := exec.Command(binary, "serve", flag, "-5").CombinedOutput()
-		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), flag) {
-			t.Errorf("%s -5: %v\n%s", flag, err, out)
+	for _, args := range [][]string{{"--port", "-5"}, {"--memory-limit-bytes", "-5"}, {"--shutdown-timeout", "-5s"},
+		{"--wal-interval", "1s", "--wal-fsync", "always", "--checkpoint-dir", t.TempDir()}} {
+		out, err := exec.Command(binary, append([]string{"serve"}, args...)...).CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), args[0]+": ") {
+			t.Errorf("%v: %v\n%s", args, err, out)
 		}
+	}
+	// A log directory without a policy: refused, not a server without a
+	// log (found by review).
+	out, err := exec.Command(binary, "serve", "--wal-dir", t.TempDir(), "--checkpoint-dir", t.TempDir()).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "fsync is not") {
+		t.Errorf("--wal-dir without --wal-fsync: %v\n%s", err, out)
 	}
 }

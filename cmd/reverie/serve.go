@@ -71,6 +71,10 @@ func runServe(args []string) int {
 		log.Error("bad flag", "err", fmt.Sprintf("--port: must be in [0, 65535], got %d", *port))
 		return 2
 	}
+	if *drain < 0 {
+		log.Error("bad flag", "err", fmt.Sprintf("--shutdown-timeout: must be >= 0, got %v", *drain))
+		return 2
+	}
 	if *memoryLimit < -1 {
 		log.Error("bad flag", "err", fmt.Sprintf("--memory-limit-bytes: must be >= 0, got %d", *memoryLimit))
 		return 2
@@ -103,6 +107,12 @@ func runServe(args []string) int {
 	}
 	if *walDir != "" {
 		cfg.WAL.Dir = *walDir
+	}
+	if *walInterval != 0 && cfg.WAL.Fsync != "interval" {
+		// The config file's wal block may set the policy; the flag's
+		// value would be ignored under any other.
+		log.Error("bad flag", "err", fmt.Sprintf("--wal-interval: applies only under --wal-fsync interval, not %q", cfg.WAL.Fsync))
+		return 2
 	}
 	cfg.RestorePath = *restore
 	if *snapURL != "" {
