@@ -33,7 +33,7 @@ func (sampleStreamAfterEnd) RecvMsg(any) error                        { return n
 // then blocked until its ctx ended).
 func TestSamplerSurplusResponse(t *testing.T) {
 	s := &Sampler{table: "t", ctx: context.Background()}
-	got, err := s.request(sampleStreamAfterEnd{}, 2)
+	got, err := s.request(sampleStreamAfterEnd{}, 2, &drainGuard{})
 	if got != 0 || !errors.Is(err, ErrServer) || !strings.Contains(err.Error(), "more samples than were requested") {
 		t.Fatalf("request = %d, %v; want 0 and ErrServer naming the surplus", got, err)
 	}

@@ -40,6 +40,11 @@ const (
 	maxRetryBackoff = time.Second
 )
 
+// drainRecvTimeout is how long, once the sampler has stopped on a terminal
+// error, a worker waits for each further response to a request it has in
+// flight before it cancels the request.
+const drainRecvTimeout = time.Second
+
 // ErrMalformedSample is wrapped by the error a Sampler returns when a
 // sample cannot be decoded: missing info or chunks, a chunk that does not
 // decode, or chunk slices that do not fit the chunk's tensors. Such data was
@@ -65,9 +70,9 @@ type SamplerOptions struct {
 	// table is empty or sampling too fast). Zero or negative (WaitForever)
 	// waits without limit. A positive value is rounded up to whole
 	// milliseconds. When it expires, iteration ends with an error wrapping
-	// ErrRateLimiterTimeout; like Reverb's datasets, which turn this into
-	// end-of-sequence, callers can treat it as "no more data for now" and
-	// make a new Sampler later.
+	// ErrRateLimiterTimeout, after every sample received; like Reverb's
+	// datasets, which turn this into end-of-sequence, callers can treat it
+	// as "no more data for now" and make a new Sampler later.
 	RateLimiterTimeout time.Duration
 	// MaxSamples is the total number of samples the sampler returns; zero
 	// means unlimited. The sampler never requests more than this from the
@@ -131,8 +136,17 @@ type Batch struct {
 // closed, as in Reverb.
 //
 // Workers exit by themselves after MaxSamples samples or a terminal error;
-// call Close in any case. A Sampler is safe for concurrent use; each sample
-// is returned once.
+// call Close in any case. A terminal error of one worker (see Next) stops
+// every worker from sending new requests, but drops no sample: samples
+// already received are returned before the error, however long the caller
+// takes to read them, and the requests other workers have in flight are
+// read to their end first, waiting up to a second for each further
+// response (time spent waiting for the caller to make room does not
+// count). A request whose next response takes longer, such as one the
+// table cannot serve while no rate limiter timeout is set, is cancelled;
+// a sample the server sends just as it is cancelled is taken from the
+// table but lost. A Sampler is safe for concurrent use; each sample is
+// returned once.
 //
 // Differences from Reverb's Sampler: the MaxSamples budget is reserved per
 // request rather than per stream, so several workers share a small budget
@@ -149,8 +163,13 @@ type Sampler struct {
 	timeout     *reverbpb.Timeout
 	workerCount int
 
-	ctx    context.Context // workers' context; cancelled by Close or a terminal error
+	ctx    context.Context // workers' context; cancelled by Close, which drops what they hold
 	cancel context.CancelFunc
+	// halt ends (a child of ctx) on Close or a terminal error: workers send
+	// no new request, but a terminal error lets them deliver what they hold
+	// and read the requests they have in flight (see drainGuard).
+	halt   context.Context
+	stop   context.CancelFunc
 	out    chan []Sample // decoded samples, a response's at a time; closed when every worker has exited
 	exited chan struct{} // closed after out is closed
 	wg     sync.WaitGroup
@@ -225,6 +244,7 @@ func (c *Client) NewSampler(opts SamplerOptions) (*Sampler, error) {
 	// MaxInFlightSamplesPerWorker samples per worker.
 	s.out = make(chan []Sample, s.workerCount)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.halt, s.stop = context.WithCancel(s.ctx)
 	s.wg.Add(s.workerCount)
 	for i := range s.workerCount {
 		go s.runWorker(i)
@@ -239,7 +259,8 @@ func (c *Client) NewSampler(opts SamplerOptions) (*Sampler, error) {
 
 // Next returns the next sample. It blocks until one is available or ctx
 // ends. After MaxSamples samples it returns io.EOF. A terminal failure is
-// returned once the samples received before it have been returned: it
+// returned once the samples received before it, and those of the requests
+// then in flight (see Sampler), have been returned: it
 // wraps ErrRateLimiterTimeout when the rate limiter timed out,
 // ErrTableNotFound for an unknown table, ErrMalformedSample for data that
 // does not decode, or another of the package's errors. After Close it
@@ -437,24 +458,26 @@ func (s *Sampler) endErr() error {
 	}
 }
 
-// fail records the first terminal error and stops every worker.
+// fail records the first terminal error and halts the workers: they send
+// no new request, but deliver the samples they hold and those of the
+// requests they have in flight, which drainGuard bounds.
 func (s *Sampler) fail(err error) {
 	s.mu.Lock()
 	if s.err == nil && !s.closed {
 		s.err = err
 	}
 	s.mu.Unlock()
-	s.cancel()
+	s.stop()
 }
 
 // reserve takes up to want samples of the MaxSamples budget for one
 // request. When the budget is spent but other workers still have samples
 // in flight, it waits: a failed stream gives its unfilled samples back. It
-// returns 0 when the sampler is stopping or every sample was delivered.
+// returns 0 when the sampler is halted or every sample was delivered.
 func (s *Sampler) reserve(want int64) int64 {
 	for {
 		s.mu.Lock()
-		if s.ctx.Err() != nil || s.delivered >= s.maxSamples {
+		if s.halt.Err() != nil || s.delivered >= s.maxSamples {
 			s.mu.Unlock()
 			return 0
 		}
@@ -467,7 +490,7 @@ func (s *Sampler) reserve(want int64) int64 {
 		s.mu.Unlock()
 		select {
 		case <-wait:
-		case <-s.ctx.Done():
+		case <-s.halt.Done():
 			return 0
 		}
 	}
@@ -485,7 +508,8 @@ func (s *Sampler) release(n int64) {
 	s.mu.Unlock()
 }
 
-// deliver pushes decoded samples to the caller, waiting for room. The
+// deliver pushes decoded samples to the caller, waiting for room however
+// long it takes: only Close makes it give up (and report false). The
 // caller hands batch over and must not use it afterwards.
 func (s *Sampler) deliver(batch []Sample) bool {
 	if len(batch) == 0 {
@@ -509,14 +533,14 @@ func (s *Sampler) deliver(batch []Sample) bool {
 }
 
 // runWorker runs streams one after the other until the budget is spent,
-// the sampler stops, or a stream fails with a terminal error. Transient
-// failures reopen the stream after an exponential backoff.
+// the sampler is halted, or a stream fails with a terminal error.
+// Transient failures reopen the stream after an exponential backoff.
 func (s *Sampler) runWorker(id int) {
 	defer s.wg.Done()
 	backoff := minRetryBackoff
 	for {
 		delivered, err := s.stream()
-		if s.ctx.Err() != nil {
+		if s.halt.Err() != nil {
 			return
 		}
 		if err == nil {
@@ -542,7 +566,7 @@ func (s *Sampler) runWorker(id int) {
 		t := time.NewTimer(backoff)
 		select {
 		case <-t.C:
-		case <-s.ctx.Done():
+		case <-s.halt.Done():
 			t.Stop()
 			return
 		}
@@ -551,12 +575,14 @@ func (s *Sampler) runWorker(id int) {
 }
 
 // stream opens one SampleStream and requests samples on it, one request at
-// a time, until MaxSamplesPerStream samples were delivered or the budget is
-// spent. It returns how many samples it delivered; the stream is cancelled
-// on return.
+// a time, until MaxSamplesPerStream samples were delivered, the budget is
+// spent or the sampler is halted. It returns how many samples it
+// delivered; the stream is cancelled on return.
 func (s *Sampler) stream() (delivered int64, err error) {
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
+	g := &drainGuard{cancel: cancel}
+	defer context.AfterFunc(s.halt, g.halted)()
 	var st reverbpb.ReverbService_SampleStreamClient
 	for delivered < s.perStream {
 		n := s.reserve(min(s.inFlight, s.perStream-delivered))
@@ -569,7 +595,7 @@ func (s *Sampler) stream() (delivered int64, err error) {
 				return delivered, fromRPC(s.ctx, err)
 			}
 		}
-		got, err := s.request(st, n)
+		got, err := s.request(st, n, g)
 		delivered += got
 		if err != nil {
 			s.release(n - got)
@@ -580,12 +606,16 @@ func (s *Sampler) stream() (delivered int64, err error) {
 }
 
 // request sends one request for n samples and reads, decodes and delivers
-// exactly n samples.
-func (s *Sampler) request(st reverbpb.ReverbService_SampleStreamClient, n int64) (got int64, err error) {
+// exactly n samples. g bounds the waits for responses once the sampler is
+// halted.
+func (s *Sampler) request(st reverbpb.ReverbService_SampleStreamClient, n int64, g *drainGuard) (got int64, err error) {
 	req := &reverbpb.SampleStreamRequest{Table: s.table, NumSamples: n, RateLimiterTimeout: s.timeout}
 	if err := st.Send(req); err != nil {
 		if isEOF(err) { // the stream failed; Recv has the status
-			if err = st.RecvMsg(&sampleResponse{}); err == nil {
+			g.receiving(true)
+			err = st.RecvMsg(&sampleResponse{})
+			g.receiving(false)
+			if err == nil {
 				// Every response to the requests before this one was
 				// read: the server sent samples no one asked for.
 				err = &Error{Sentinel: ErrServer, Code: codes.Internal,
@@ -602,7 +632,10 @@ func (s *Sampler) request(st reverbpb.ReverbService_SampleStreamClient, n int64)
 	}()
 	resp := sampleResponse{table: s.table}
 	for got < n {
-		if err := st.RecvMsg(&resp); err != nil {
+		g.receiving(true)
+		err := st.RecvMsg(&resp)
+		g.receiving(false)
+		if err != nil {
 			return got, s.streamErr(err)
 		}
 		got, pending, err = s.deliverEntries(&resp, n, got, pending)
@@ -674,6 +707,50 @@ func (s *Sampler) deliverEntries(resp *sampleResponse, n, got int64, pending *pa
 		return got, pending, s.ctx.Err()
 	}
 	return got + int64(len(batch)), pending, nil
+}
+
+// drainGuard bounds a stream's waits for responses once the sampler is
+// halted by a terminal error: a wait for a response that lasts
+// drainRecvTimeout cancels the stream. Until then a request in flight is
+// read to its end, so that no sample the server sent for it is lost; what
+// a wait can lose is a sample the server sends as the stream is
+// cancelled. Time a worker spends waiting for room to deliver does not
+// count: the server may have sent the rest of the request meanwhile, and
+// the samples wait in the stream's flow-control window.
+type drainGuard struct {
+	cancel context.CancelFunc // the stream's
+
+	mu     sync.Mutex
+	halt   bool        // the sampler is halted
+	inRecv bool        // the worker waits for a response
+	timer  *time.Timer // cancels the stream; set while halt && inRecv
+}
+
+// halted is called once the sampler is halted.
+func (g *drainGuard) halted() {
+	g.mu.Lock()
+	g.halt = true
+	g.update()
+	g.mu.Unlock()
+}
+
+// receiving is called with true before the worker waits for a response,
+// and with false once the wait ends.
+func (g *drainGuard) receiving(on bool) {
+	g.mu.Lock()
+	g.inRecv = on
+	g.update()
+	g.mu.Unlock()
+}
+
+func (g *drainGuard) update() {
+	switch {
+	case g.halt && g.inRecv && g.timer == nil:
+		g.timer = time.AfterFunc(drainRecvTimeout, g.cancel)
+	case !g.inRecv && g.timer != nil:
+		g.timer.Stop()
+		g.timer = nil
+	}
 }
 
 // streamErr maps a stream failure. A stream that ends cleanly in the middle

@@ -952,3 +952,146 @@ func TestSamplerSamplesSplitOverResponses(t *testing.T) {
 		}
 	}
 }
+
+// --- terminal errors with samples in hand -----------------------------------
+
+// TestSamplerTerminalErrorKeepsReceivedSamples: a queue of 6 items is
+// sampled by 4 workers of 1 sample each while the consumer is slow, so
+// that the buffer fills and two workers wait with a sample in hand. The
+// other workers' next requests time out at the rate limiter, which ends
+// iteration, but only after every sample the queue gave out was returned.
+func TestSamplerTerminalErrorKeepsReceivedSamples(t *testing.T) {
+	const n = 6
+	srv := startServer(t, server.QueueTable("queue", n))
+	c := dial(t, srv.Addr)
+	insertScalars(t, srv.Client, "queue", 0, 1, 2, 3, 4, 5)
+	s := newSampler(t, c, client.SamplerOptions{Table: "queue", NumWorkers: 4, MaxInFlightSamplesPerWorker: 1,
+		RateLimiterTimeout: 200 * time.Millisecond})
+	time.Sleep(time.Second) // the slow consumer: the workers time out meanwhile
+	samples, err := collect(testCtx(t), s, -1)
+	if !errors.Is(err, client.ErrRateLimiterTimeout) {
+		t.Fatalf("err %v, want ErrRateLimiterTimeout", err)
+	}
+	ti := tableInfo(t, c, "queue")
+	if int64(len(samples)) != ti.Samples || len(samples) != n {
+		t.Errorf("returned %d samples, the queue gave out %d; want %d", len(samples), ti.Samples, n)
+	}
+}
+
+// TestSamplerTerminalErrorDrainsRequestInFlight: one worker fails on a
+// malformed sample while another's request waits at the rate limiter. The
+// waiting request is not cancelled at once: an item inserted soon after is
+// served to it and returned before the error.
+func TestSamplerTerminalErrorDrainsRequestInFlight(t *testing.T) {
+	srv := startServer(t, server.QueueTable("queue", 10))
+	c := dial(t, srv.Addr)
+	s := newSampler(t, c, client.SamplerOptions{Table: "queue", NumWorkers: 2, MaxInFlightSamplesPerWorker: 1})
+	waitPending := func(want int) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			if _, pending, _ := srv.Pending("queue"); pending == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the server never had %d sample requests pending", want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitPending(2) // both workers wait on the empty queue
+
+	corrupt := chunk(t, client.Vector([]float32{1, 2, 3}))
+	corrupt.Data.Tensors[0].TensorContent = []byte("not snappy")
+	insert(t, srv.Client, []*reverbpb.ChunkData{corrupt}, item("queue", 1, column(false, slice(corrupt, 0, 0, 3))))
+	waitPending(1)                    // one worker took the malformed item
+	time.Sleep(50 * time.Millisecond) // and has failed on it by now
+	keys := insertScalars(t, srv.Client, "queue", 7)
+
+	samples, err := collect(testCtx(t), s, -1)
+	if !errors.Is(err, client.ErrMalformedSample) {
+		t.Fatalf("err %v, want ErrMalformedSample", err)
+	}
+	if len(samples) != 1 || samples[0].Info.Key != keys[0] {
+		t.Errorf("got %d samples before the error, want the item inserted after it", len(samples))
+	}
+	if ti := tableInfo(t, c, "queue"); ti.Samples != 2 {
+		t.Errorf("the queue gave out %d samples, want 2", ti.Samples)
+	}
+}
+
+// TestSamplerTerminalErrorDrainIsBounded: a request in flight that the
+// server does not serve (a queue that stays empty, no rate limiter
+// timeout) does not hold back the terminal error for long, and is
+// cancelled on the server.
+func TestSamplerTerminalErrorDrainIsBounded(t *testing.T) {
+	srv := startServer(t, server.QueueTable("queue", 10))
+	c := dial(t, srv.Addr)
+	s := newSampler(t, c, client.SamplerOptions{Table: "queue", NumWorkers: 2, MaxInFlightSamplesPerWorker: 1})
+	corrupt := chunk(t, client.Vector([]float32{1, 2, 3}))
+	corrupt.Data.Tensors[0].TensorContent = []byte("not snappy")
+	insert(t, srv.Client, []*reverbpb.ChunkData{corrupt}, item("queue", 1, column(false, slice(corrupt, 0, 0, 3))))
+	start := time.Now()
+	if _, err := s.Next(testCtx(t)); !errors.Is(err, client.ErrMalformedSample) {
+		t.Fatalf("err %v, want ErrMalformedSample", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("the error came after %v", d)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, pending, _ := srv.Pending("queue")
+		if pending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sample requests still pending on the server", pending)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestSamplerTerminalErrorSlowConsumerLargeSamples: a worker's request
+// for 4 large samples is served in 4 responses; while the worker waits
+// for the slow consumer to make room, with the rest of its request sent by
+// the server but not read, another worker times out at the rate limiter.
+// The waiting worker reads the rest of its request once there is room,
+// however long the consumer takes, and every sample reaches the consumer.
+func TestSamplerTerminalErrorSlowConsumerLargeSamples(t *testing.T) {
+	const n = 4
+	srv := startServer(t, server.QueueTable("queue", n))
+	c := dial(t, srv.Addr)
+	ctx := testCtx(t)
+	w, err := c.NewTrajectoryWriter(ctx, client.WriterOptions{NumKeepAliveRefs: 1, ChunkLength: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	for i := range n {
+		vals := make([]float32, 600_000) // 2.4 MB that Snappy cannot shrink: one sample per response
+		r := rand.New(rand.NewPCG(uint64(i), 2))
+		for j := range vals {
+			vals[j] = r.Float32()
+		}
+		if err := w.Append(ctx, map[string]client.Tensor{"x": client.Vector(vals)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.CreateItem(ctx, "queue", 1, []client.TrajectoryColumn{w.History("x").At(-1).Squeeze()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s := newSampler(t, c, client.SamplerOptions{Table: "queue", NumWorkers: 2, MaxInFlightSamplesPerWorker: n,
+		RateLimiterTimeout: 100 * time.Millisecond})
+	time.Sleep(2500 * time.Millisecond) // longer than the sampler waits on requests in flight
+	samples, err := collect(ctx, s, -1)
+	if !errors.Is(err, client.ErrRateLimiterTimeout) {
+		t.Fatalf("err %v, want ErrRateLimiterTimeout", err)
+	}
+	ti := tableInfo(t, c, "queue")
+	if int64(len(samples)) != ti.Samples || len(samples) != n {
+		t.Errorf("returned %d samples, the queue gave out %d; want %d", len(samples), ti.Samples, n)
+	}
+}
