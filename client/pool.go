@@ -965,8 +965,13 @@ func (p *Pool) NewSampler(opts SamplerOptions) (*PoolSampler, error) {
 		if inFlight == 0 {
 			inFlight = DefaultMaxInFlightSamplesPerWorker
 		}
-		fair := (s.max + int64(n) - 1) / int64(n)
-		s.share = min(int64(max(opts.NumWorkers, 1))*inFlight, fair)
+		// min(NumWorkers × inFlight, fair), without overflow for a
+		// MaxSamples or NumWorkers near the largest integers.
+		fair := ceilDiv(s.max, int64(n))
+		s.share = fair
+		if w := int64(max(opts.NumWorkers, 1)); w <= fair/inFlight {
+			s.share = w * inFlight
+		}
 		s.unassigned = s.max
 		s.opts.MaxSamples = 0
 	}

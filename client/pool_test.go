@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"strings"
 	"sync"
@@ -461,6 +462,39 @@ func TestPoolSamplerMaxSamples(t *testing.T) {
 	}
 	if _, err := s.Next(ctx); !errors.Is(err, io.EOF) {
 		t.Errorf("after MaxSamples: %v, want io.EOF", err)
+	}
+}
+
+// TestPoolSamplerLargestOptions: a MaxSamples near math.MaxInt64, split
+// over the servers, used to overflow to negative shares (in the fair split
+// of MaxSamples, or in NumWorkers × MaxInFlightSamplesPerWorker); the
+// feeders then failed or waited for budget forever, and Next blocked until
+// its ctx ended.
+func TestPoolSamplerLargestOptions(t *testing.T) {
+	a := ptStart(t, ptUniform("t"))
+	b := ptStart(t, ptUniform("t"))
+	pool := ptPool(t, nil, a.addr, b.addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, c := range pool.Clients() {
+		if err := c.Insert(ctx, []client.Tensor{client.Scalar(int64(1))}, map[string]float64{"t": 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, opts := range []client.SamplerOptions{
+		{Table: "t", MaxSamples: math.MaxInt64},
+		{Table: "t", MaxSamples: math.MaxInt64 - 1, NumWorkers: 4, MaxInFlightSamplesPerWorker: math.MaxInt / 2},
+	} {
+		s, err := pool.NewSampler(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 20 {
+			if _, err := s.Next(ctx); err != nil {
+				t.Fatalf("%+v: sample %d: %v", opts, i, err)
+			}
+		}
+		s.Close()
 	}
 }
 

@@ -231,14 +231,13 @@ func (c *Client) NewSampler(opts SamplerOptions) (*Sampler, error) {
 	}
 	s.workerCount = max(opts.NumWorkers, 1)
 	if opts.MaxSamples > 0 {
-		needed := (opts.MaxSamples + s.inFlight - 1) / s.inFlight
+		needed := ceilDiv(opts.MaxSamples, s.inFlight)
 		s.workerCount = int(min(int64(s.workerCount), needed))
 	}
 	if d := opts.RateLimiterTimeout; d <= 0 {
 		s.timeout = timeoutProto(-1)
 	} else {
-		ms := (d + time.Millisecond - 1) / time.Millisecond
-		s.timeout = timeoutProto(ms * time.Millisecond)
+		s.timeout = &reverbpb.Timeout{Milliseconds: ceilDiv(int64(d), int64(time.Millisecond))}
 	}
 	// A batch holds at most one request's samples, so out buffers at most
 	// MaxInFlightSamplesPerWorker samples per worker.
@@ -255,6 +254,16 @@ func (c *Client) NewSampler(opts SamplerOptions) (*Sampler, error) {
 		close(s.exited)
 	}()
 	return s, nil
+}
+
+// ceilDiv returns a/b rounded up, for a >= 0 and b > 0, without the
+// overflow of (a+b-1)/b when a is near math.MaxInt64.
+func ceilDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 {
+		q++
+	}
+	return q
 }
 
 // Next returns the next sample. It blocks until one is available or ctx

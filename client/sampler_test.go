@@ -705,6 +705,62 @@ func TestNewSamplerInvalidOptions(t *testing.T) {
 	}
 }
 
+// TestSamplerLargestOptions: MaxSamples and RateLimiterTimeout at the
+// largest values their types hold. Working out the number of workers from
+// MaxSamples used to overflow to a negative count, and NewSampler panicked
+// making a channel of that size; rounding the timeout up to milliseconds
+// overflowed to a negative one, sent as "wait forever" by accident.
+func TestSamplerLargestOptions(t *testing.T) {
+	srv := startServer(t, uniformTable("uniform"))
+	var mu sync.Mutex
+	var timeouts []int64
+	record := client.WithDialOptions(grpc.WithStreamInterceptor(
+		func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			cs, err := streamer(ctx, desc, cc, method, opts...)
+			if err != nil || method != "/deepmind.reverb.ReverbService/SampleStream" {
+				return cs, err
+			}
+			return &sendRecorder{ClientStream: cs, sent: func(m any) {
+				if req, ok := m.(*reverbpb.SampleStreamRequest); ok {
+					mu.Lock()
+					timeouts = append(timeouts, req.GetRateLimiterTimeout().GetMilliseconds())
+					mu.Unlock()
+				}
+			}}, nil
+		}))
+	c := dial(t, srv.Addr, record)
+	insertScalars(t, srv.Client, "uniform", 1)
+	s := newSampler(t, c, client.SamplerOptions{Table: "uniform", NumWorkers: 2, MaxInFlightSamplesPerWorker: 3,
+		MaxSamples: math.MaxInt64, RateLimiterTimeout: math.MaxInt64})
+	samples, err := collect(testCtx(t), s, 10)
+	if err != nil || len(samples) != 10 {
+		t.Fatalf("got %d samples, err %v; want 10", len(samples), err)
+	}
+	s.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	const want = math.MaxInt64/int64(time.Millisecond) + 1 // rounded up
+	if len(timeouts) == 0 {
+		t.Fatal("no sample request recorded")
+	}
+	for _, ms := range timeouts {
+		if ms != want {
+			t.Fatalf("request rate_limiter_timeout %d ms, want %d", ms, want)
+		}
+	}
+}
+
+// sendRecorder passes every message sent on a client stream to sent.
+type sendRecorder struct {
+	grpc.ClientStream
+	sent func(any)
+}
+
+func (r *sendRecorder) SendMsg(m any) error {
+	r.sent(m)
+	return r.ClientStream.SendMsg(m)
+}
+
 // --- batches ---------------------------------------------------------------
 
 func insertMatrices(t *testing.T, rpc reverbpb.ReverbServiceClient, table string, rows int64, n int) {
