@@ -342,7 +342,9 @@ func (s *Sampler) Samples(ctx context.Context) iter.Seq2[Sample, error] {
 // stops. When the samples run out (MaxSamples reached, a terminal error
 // such as a rate limiter timeout, or ctx ending), the samples gathered so
 // far are yielded as a final, smaller batch, followed by the error if there
-// is one. n must be positive.
+// is one. n must be positive; memory is taken as samples arrive, so n may
+// be far larger than the samples that come (math.MaxInt gathers every
+// sample into one batch).
 func (s *Sampler) Batches(ctx context.Context, n int) iter.Seq2[Batch, error] {
 	return batchesOf(ctx, n, s.Next)
 }
@@ -368,6 +370,12 @@ func samplesOf(ctx context.Context, next func(context.Context) (Sample, error)) 
 	}
 }
 
+// batchesFirstCap is the most samples the list a batch is gathered in has
+// room for before any arrives; it grows as they come. A batch size much
+// larger than the samples that ever arrive (Batches(ctx, math.MaxInt) to
+// take all of them at once) so costs no memory up front.
+const batchesFirstCap = 256
+
 // batchesOf stacks the samples next returns into batches of n; see
 // Sampler.Batches. Sampler and PoolSampler share it.
 func batchesOf(ctx context.Context, n int, next func(context.Context) (Sample, error)) iter.Seq2[Batch, error] {
@@ -376,8 +384,9 @@ func batchesOf(ctx context.Context, n int, next func(context.Context) (Sample, e
 			yield(Batch{}, fmt.Errorf("%w: Batches: batch size %d <= 0", ErrInvalidArgument, n))
 			return
 		}
+		room := min(n, batchesFirstCap)
 		for {
-			samples := make([]Sample, 0, n)
+			samples := make([]Sample, 0, room)
 			var err error
 			for len(samples) < n {
 				var smp Sample
@@ -386,6 +395,7 @@ func batchesOf(ctx context.Context, n int, next func(context.Context) (Sample, e
 				}
 				samples = append(samples, smp)
 			}
+			room = max(room, len(samples)) // a full batch came: room for the next
 			if len(samples) > 0 {
 				b, berr := stackSamples(samples)
 				if berr != nil {

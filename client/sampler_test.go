@@ -829,6 +829,51 @@ func TestSamplerBatchesPartialOnTimeout(t *testing.T) {
 	}
 }
 
+// TestSamplerBatchesHugeSize: a batch size far above the samples there
+// are, here as many as an int holds, gathers what comes. Batches used to
+// allocate room for n samples up front, which panicked for math.MaxInt
+// (and took that much memory for a large valid n).
+func TestSamplerBatchesHugeSize(t *testing.T) {
+	srv := startServer(t, server.QueueTable("queue", 10))
+	c := dial(t, srv.Addr)
+	insertMatrices(t, srv.Client, "queue", 2, 3)
+	s := newSampler(t, c, client.SamplerOptions{Table: "queue", MaxSamples: 3})
+	defer func() {
+		if r := recover(); r != nil {
+			t.Fatalf("Batches(ctx, math.MaxInt) panicked: %v", r)
+		}
+	}()
+	var sizes []int
+	for b, err := range s.Batches(testCtx(t), math.MaxInt) {
+		if err != nil {
+			t.Fatalf("Batches: %v", err)
+		}
+		sizes = append(sizes, len(b.Infos))
+	}
+	if len(sizes) != 1 || sizes[0] != 3 {
+		t.Errorf("batch sizes %v, want [3]", sizes)
+	}
+
+	// Batches larger than the room made up front still fill.
+	srv = startServer(t, uniformTable("uniform"))
+	c = dial(t, srv.Addr)
+	insertScalars(t, srv.Client, "uniform", 1)
+	s = newSampler(t, c, client.SamplerOptions{Table: "uniform", MaxSamples: 700})
+	sizes = nil
+	for b, err := range s.Batches(testCtx(t), 300) {
+		if err != nil {
+			t.Fatalf("Batches: %v", err)
+		}
+		sizes = append(sizes, len(b.Infos))
+		if got := b.Columns[0].Shape; len(got) != 1 || got[0] != int64(len(b.Infos)) {
+			t.Errorf("batch column shape %v, want [%d]", got, len(b.Infos))
+		}
+	}
+	if len(sizes) != 3 || sizes[0] != 300 || sizes[1] != 300 || sizes[2] != 100 {
+		t.Errorf("batch sizes %v, want [300 300 100]", sizes)
+	}
+}
+
 func TestSamplerBatchesShapeMismatch(t *testing.T) {
 	srv := startServer(t, server.QueueTable("queue", 10))
 	c := dial(t, srv.Addr)
