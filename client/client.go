@@ -44,7 +44,10 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 // Dial connects to addr ("host:port", "dns:///name:port" or
 // "unix:///path") and waits until the connection is ready or ctx ends.
 // Calls are spread over all of a name's addresses (round_robin); no
-// service config is taken from the name resolver (DNS TXT records).
+// service config is taken from the name resolver (DNS TXT records). When
+// ctx ends first, the error wraps both ErrUnavailable and ctx's error
+// (context.Canceled or context.DeadlineExceeded), with why the
+// connection was not ready when gRPC knows.
 func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 	var o options
 	for _, opt := range opts {
@@ -81,7 +84,7 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 				}
 			}
 			conn.Close()
-			return nil, fmt.Errorf("%w: %s: %v (last state %v%s)", ErrUnavailable, addr, ctx.Err(), s, why)
+			return nil, fmt.Errorf("%w: %s: %w (last state %v%s)", ErrUnavailable, addr, ctx.Err(), s, why)
 		}
 	}
 	return &Client{addr: addr, conn: conn, rpc: reverbpb.NewReverbServiceClient(conn)}, nil

@@ -2,6 +2,8 @@ package client_test
 
 import (
 	"context"
+	"errors"
+	"net"
 	"testing"
 	"time"
 
@@ -42,5 +44,41 @@ func TestDialIgnoresResolverServiceConfig(t *testing.T) {
 	}
 	if _, ok := tables["t"]; !ok {
 		t.Fatalf("ServerInfo: %v, want table t", tables)
+	}
+}
+
+// TestDialContextError: a Dial whose ctx ends before the connection is
+// ready returns an error that is both ErrUnavailable and ctx's error, as
+// the package promises of every blocking call. The ctx's error used to be
+// formatted into the message only, so errors.Is(err,
+// context.DeadlineExceeded) was false.
+func TestDialContextError(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close() // nothing listens there now: connections are refused
+
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	c, err := client.Dial(ctx, addr)
+	if err == nil {
+		c.Close()
+		t.Fatalf("Dial(%s) succeeded with nothing listening", addr)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, client.ErrUnavailable) {
+		t.Errorf("Dial with an expired ctx: %v; want context.DeadlineExceeded and ErrUnavailable", err)
+	}
+
+	ctx, cancel = context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	c, err = client.Dial(ctx, addr)
+	if err == nil {
+		c.Close()
+		t.Fatalf("Dial(%s) succeeded with nothing listening", addr)
+	}
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, client.ErrUnavailable) {
+		t.Errorf("Dial with a cancelled ctx: %v; want context.Canceled and ErrUnavailable", err)
 	}
 }
