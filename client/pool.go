@@ -902,9 +902,12 @@ func (t PoolTrajectoryColumn) Err() error {
 // a server gets a new share when it has delivered its last one. So the
 // tables see at most MaxSamples samples in all, except that when a server
 // has been down for the pool's FailoverDelay its unfilled share is given
-// to the others (samples it took but never sent are lost with it). A share
-// stays with a server that is up even while its table makes samples wait
-// (an empty table, a rate limiter); set RateLimiterTimeout to bound that.
+// to the others (samples it took but never sent are lost with it), and
+// that a stream failing in the middle of a request makes its table count
+// samples that never arrived and are asked for again (see
+// SamplerOptions.MaxSamples). A share stays with a server that is up even
+// while its table makes samples wait (an empty table, a rate limiter); set
+// RateLimiterTimeout to bound that.
 //
 // A PoolSampler is safe for concurrent use; each sample is returned once.
 type PoolSampler struct {

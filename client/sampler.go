@@ -63,7 +63,11 @@ type SamplerOptions struct {
 	// MaxInFlightSamplesPerWorker is the most samples a worker requests in
 	// one SampleStreamRequest, and so the most it holds at a time. Zero means
 	// DefaultMaxInFlightSamplesPerWorker (100). The sampler buffers up to
-	// NumWorkers × MaxInFlightSamplesPerWorker decoded samples.
+	// 2 × NumWorkers × MaxInFlightSamplesPerWorker decoded samples (a queue
+	// of NumWorkers batches of at most MaxInFlightSamplesPerWorker each, the
+	// samples a response completed, and one more batch held by each worker
+	// that waits for room in it), plus the rest of the batch each caller of
+	// Next has begun on.
 	MaxInFlightSamplesPerWorker int
 	// RateLimiterTimeout bounds how long the server may wait for the table's
 	// rate limiter before the first sample of a request (that is, while the
@@ -75,9 +79,17 @@ type SamplerOptions struct {
 	// as "no more data for now" and make a new Sampler later.
 	RateLimiterTimeout time.Duration
 	// MaxSamples is the total number of samples the sampler returns; zero
-	// means unlimited. The sampler never requests more than this from the
-	// server, across all workers and stream reopenings, so the table sees
-	// exactly MaxSamples samples once they have all been returned.
+	// means unlimited. The requests in flight, across all workers, never
+	// ask for more than MaxSamples less the samples delivered, so when no
+	// stream fails in the middle of a request the table sees exactly
+	// MaxSamples samples once they have all been returned. A stream that
+	// fails in the middle of a request (a transient failure, such as a
+	// connection reset, that reopens it) loses the samples the server had
+	// sent on it that had not arrived: the table counted them, and the
+	// sampler asks for as many again, so the table can see more than
+	// MaxSamples. Samples lost on Close, or with a request cancelled after a
+	// terminal error (see Sampler), are counted by the table but neither
+	// returned nor asked for again.
 	MaxSamples int64
 	// MaxSamplesPerStream is the number of samples after which a worker
 	// cancels its stream and opens a new one, which spreads load when the
@@ -240,7 +252,8 @@ func (c *Client) NewSampler(opts SamplerOptions) (*Sampler, error) {
 		s.timeout = &reverbpb.Timeout{Milliseconds: ceilDiv(int64(d), int64(time.Millisecond))}
 	}
 	// A batch holds at most one request's samples, so out buffers at most
-	// MaxInFlightSamplesPerWorker samples per worker.
+	// MaxInFlightSamplesPerWorker samples per worker; each worker may hold
+	// one more batch while it waits for room.
 	s.out = make(chan []Sample, s.workerCount)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.halt, s.stop = context.WithCancel(s.ctx)
