@@ -178,6 +178,28 @@ def test_chunk_encoding_errors_come_from_append(client):
   w.close()
 
 
+def test_numpy_returns_a_copy(client, reset):
+  # As dm-reverb's: numpy() is a copy, so changing it in place (as a
+  # priority function might) changes nothing the writer sends. Step 0 is
+  # read while its chunk is open, step 1 once the chunk is finalised.
+  reset('queue')
+  with client.trajectory_writer(2, chunk_length=2) as w:
+    w.append({'x': np.zeros(3, np.int64)})
+    v = w.history['x'][-1].numpy()
+    v += 7
+    w.append({'x': np.ones(3, np.int64)})
+    for col in (w.history['x'][0], w.history['x'][-1], w.history['x'][:]):
+      v = col.numpy()
+      v += 7
+    np.testing.assert_array_equal(w.history['x'][:].numpy(),
+                                  [[0, 0, 0], [1, 1, 1]])
+    w.create_item('queue', 1.0, {'x': w.history['x'][:],
+                                 'last': w.history['x'][-1]})
+  ((last, x),) = _sample(client, 'queue', 1)
+  np.testing.assert_array_equal(x, [[0, 0, 0], [1, 1, 1]])
+  np.testing.assert_array_equal(last, [1, 1, 1])
+
+
 def test_end_episode(client, reset):
   reset('queue')
   with client.trajectory_writer(4) as w:

@@ -130,6 +130,7 @@ class _Cell:
     return w
 
   def numpy(self):
+    """The step's stored array itself (callers copy it)."""
     c = self.chunk
     return c.rows[self.row] if c.array is None else c.array[self.row, ...]
 
@@ -226,12 +227,14 @@ class TrajectoryColumn:
     return self._cells[0].chunk.column.dtype
 
   def numpy(self):
-    """The referenced steps stacked (or the single step if squeezed)."""
+    """A copy of the referenced steps stacked (or of the single step if
+    squeezed): changing it changes nothing the writer holds or sends, as
+    dm-reverb's copy out of its C++ buffers."""
     if any(not c.live for c in self._cells):
       raise RuntimeError('Cannot convert TrajectoryColumn with expired data '
                          'references to numpy array.')
     if self.is_squeezed:
-      return self._cells[0].numpy()
+      return self._cells[0].numpy().copy()
     return np.stack([c.numpy() for c in self._cells])
 
 
