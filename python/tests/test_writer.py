@@ -163,6 +163,34 @@ def test_dtype_and_shape_are_fixed_per_column(client):
     assert w.episode_steps == 1
 
 
+def test_byte_order_is_not_part_of_the_dtype(client, reset):
+  # Steps of one column may come in either byte order (big-endian data
+  # read from a file, say): they are the same dtype, checked against the
+  # table's signature as such, and sampled in the machine's byte order.
+  reset('queue', 'sig')
+  with client.trajectory_writer(2) as w:
+    w.append({'x': np.array([1, 2], '<i8')})
+    w.append({'x': np.array([3, 4], '>i8')})
+    assert w.history['x'][-1].dtype == np.int64
+    w.create_item('queue', 1.0, {'x': w.history['x'][:]})
+  with client.trajectory_writer(1) as w:
+    w.append({'obs': np.arange(6, dtype='>f4').reshape(3, 2),
+              'action': np.arange(2, dtype='>i8'), 'reward': np.float32(1)})
+    h = w.history
+    w.create_item('sig', 1.0, {'obs': h['obs'][-1], 'action':
+                               h['action'][-1], 'reward': h['reward'][-1]})
+  ((x,),) = _sample(client, 'queue', 1)
+  assert x.dtype == np.int64
+  np.testing.assert_array_equal(x, [[1, 2], [3, 4]])
+  (s,) = list(client.sample('sig', 1, emit_timesteps=False,
+                            unpack_as_table_signature=True, timeout=10))
+  assert s.data['obs'].dtype == np.float32
+  np.testing.assert_array_equal(s.data['obs'], np.arange(6).reshape(3, 2))
+  np.testing.assert_array_equal(s.data['action'], [0, 1])
+  assert reverie.TensorSpec((2,), np.dtype('<f4')).is_compatible_with(
+      np.dtype('>f4'), (2,))
+
+
 def test_chunk_encoding_errors_come_from_append(client):
   # Numeric chunks are compressed by the sender when first sent; a string
   # chunk, which can fail to encode, is encoded when it is finalised, so

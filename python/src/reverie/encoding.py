@@ -145,6 +145,16 @@ def _dtype_enum(dtype):
   raise errors.InvalidArgumentError(f'unsupported dtype {dtype}')
 
 
+def native_dtype(dtype):
+  """``dtype`` in the machine's byte order: two dtypes that differ only in
+  byte order encode to the same DataType (tensors go on the wire
+  little-endian), so they are compared in this form."""
+  dtype = np.dtype(dtype)
+  if dtype.byteorder in '<>':
+    dtype = dtype.newbyteorder('=')
+  return dtype
+
+
 def numpy_dtype(dt):
   """The numpy dtype reverie decodes DataType ``dt`` to."""
   if dt == DT_STRING:

@@ -30,8 +30,9 @@ class TensorSpec:
 
   def is_compatible_with(self, dtype, shape):
     """Whether an array of this dtype and shape fits the spec."""
-    if np.dtype(dtype) != self.dtype:
-      if not (self.dtype.kind == 'O' and np.dtype(dtype).kind in 'SUO'):
+    dtype = encoding.native_dtype(dtype)  # byte order is the encoder's
+    if dtype != encoding.native_dtype(self.dtype):
+      if not (self.dtype.kind == 'O' and dtype.kind in 'SUO'):
         return False
     return shape_compatible(self.shape, shape)
 

@@ -510,7 +510,8 @@ class TrajectoryWriter:
           encoding.dtype_enum(arr.dtype)  # raises for unsupported dtypes
           new_paths.append(path)
         elif arr.dtype != col.dtype and not (
-            arr.dtype.kind in 'SUO' and col.dtype.kind in 'SUO'):
+            arr.dtype.kind in 'SUO' and col.dtype.kind in 'SUO') and (
+                encoding.native_dtype(arr.dtype) != col.dtype):
           raise errors.InvalidArgumentError(
               f'Tensor of wrong dtype provided for column {path}. Got '
               f'{arr.dtype} but expected {col.dtype}.')
@@ -535,8 +536,10 @@ class TrajectoryWriter:
         by_path = dict(values)
         for path in new_paths:
           arr = by_path[path]
-          col = _Column(path, arr.dtype, arr.shape, self._keep,
-                        min(self._hist_len, self._keep))
+          # The column's dtype in the machine's byte order: a '>f4' step
+          # and a '<f4' one are the same float32 column.
+          col = _Column(path, encoding.native_dtype(arr.dtype), arr.shape,
+                        self._keep, min(self._hist_len, self._keep))
           if path in self._configs:
             col.chunk_length = self._configs.pop(path)
           columns[path] = col
