@@ -191,19 +191,35 @@ def test_byte_order_is_not_part_of_the_dtype(client, reset):
       np.dtype('>f4'), (2,))
 
 
-def test_chunk_encoding_errors_come_from_append(client):
-  # Numeric chunks are compressed by the sender when first sent; a string
-  # chunk, which can fail to encode, is encoded when it is finalised, so
-  # the error is the append's, as before.
-  w = client.trajectory_writer(1, validate_items=False)
-  w.append({'x': np.zeros(3, np.float32)})
-  chunk = w.history['x'][-1]._cells[0].chunk  # pylint: disable=protected-access
-  assert chunk.final and chunk.data is None  # no item has sent it yet
-  with pytest.raises(ValueError, match='neither bytes nor str'):
-    w.append({'s': np.array([b'a', 3], dtype=object)})
-  with pytest.raises(ValueError, match='neither bytes nor str'):
-    w.append({'x': np.zeros(3, np.float32)})  # the error is sticky
-  w.close()
+def test_bad_string_values_fail_their_append_only(client, reset):
+  # Numeric chunks are compressed by the sender when first sent. Values of
+  # object arrays are checked at append, before anything of the step is
+  # recorded: a bad one (an int among bytes) fails that append, naming
+  # its column, and the writer goes on as dm-reverb's does.
+  reset('queue')
+  with client.trajectory_writer(2, validate_items=False) as w:
+    w.append({'x': np.zeros(3, np.float32)})
+    chunk = w.history['x'][-1]._cells[0].chunk  # pylint: disable=protected-access
+    assert chunk.final and chunk.data is None  # no item has sent it yet
+    bad = np.array([b'a', 3], dtype=object)
+    with pytest.raises(ValueError, match=r"\('s',\).*int is neither bytes"):
+      w.append({'x': np.ones(3, np.float32), 's': bad})  # a new column
+    w.append({'x': np.ones(3, np.float32),
+              's': np.array([b'a', 'b'], dtype=object)})
+    with pytest.raises(ValueError, match=r"\('s',\).*NoneType is neither"):
+      w.append({'x': np.ones(3, np.float32),
+                's': np.array([b'c', None], dtype=object)})
+    with pytest.raises(ValueError, match='float is neither bytes nor str'):
+      w.append({'t': np.array(0.5, dtype=object)})
+    assert w.episode_steps == 2
+    w.append({'x': np.full(3, 2, np.float32),
+              's': np.array([b'c', b'd'], dtype=object)})
+    w.create_item('queue', 1.0, {'x': w.history['x'][-2:],
+                                 's': w.history['s'][-2:]})
+    w.flush(timeout_ms=10000)
+  ((s, x),) = _sample(client, 'queue', 1)
+  assert s.tolist() == [[b'a', b'b'], [b'c', b'd']]
+  np.testing.assert_array_equal(x[:, 0], [1, 2])
 
 
 def test_numpy_returns_a_copy(client, reset):

@@ -224,6 +224,22 @@ def _as_bytes(x):
       'nor str')
 
 
+_STRING_TYPES = (bytes, str, bytearray, memoryview)
+
+
+def check_string_elements(arr):
+  """Raises InvalidArgumentError unless every element of object array
+  ``arr`` is one that encode_strings takes (bytes, str, bytearray or
+  memoryview). Arrays of other kinds pass unchecked."""
+  if arr.dtype.kind != 'O':
+    return
+  for t in set(map(type, arr.reshape(-1).tolist())):
+    if not issubclass(t, _STRING_TYPES):
+      raise errors.InvalidArgumentError(
+          f'string tensor element of type {t.__name__} is neither bytes '
+          'nor str')
+
+
 def _string_elements(arr):
   """(lengths int64 array, concatenated bytes) of a string-like array."""
   flat = arr.reshape(-1)

@@ -488,8 +488,9 @@ class TrajectoryWriter:
 
     Every leaf of ``data`` is a column; None leaves and absent fields are
     gaps. A column's dtype and shape are fixed by its first value; a
-    mismatch raises ValueError (InvalidArgumentError) and nothing of the
-    step is appended. Values are copied. With ``partial_step=True`` the
+    mismatch, or an object array holding anything but bytes and str,
+    raises ValueError (InvalidArgumentError), nothing of the step is
+    appended and the writer stays usable. Values are copied. With ``partial_step=True`` the
     step stays open and the next append adds further columns to it (each
     column at most once per step).
     """
@@ -498,7 +499,17 @@ class TrajectoryWriter:
     for path, leaf in flat:
       if leaf is None:
         continue
-      values.append((path, encoding.as_array(leaf)))
+      arr = encoding.as_array(leaf)
+      if arr.dtype.kind == 'O':
+        # Checked here, before anything is recorded, so that a bad value
+        # fails this append alone rather than the chunk it would end up in
+        # (and with it the writer).
+        try:
+          encoding.check_string_elements(arr)
+        except errors.InvalidArgumentError as e:
+          raise errors.InvalidArgumentError(
+              f'Tensor of wrong dtype provided for column {path}: {e}') from e
+      values.append((path, arr))
     with self._lock:
       self._check_usable()
       # Check everything before changing anything.
