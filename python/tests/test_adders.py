@@ -108,6 +108,32 @@ def test_priorities_and_several_tables(client, reset):
   adder.close()
 
 
+_ADDERS = {
+    'n_step': lambda c: adders.NStepTransitionAdder(
+        c, n_step=2, discount=GAMMA, priority_fns={'adder': None}),
+    'sequence': lambda c: adders.SequenceAdder(
+        c, sequence_length=2, period=1, priority_fns={'adder': None}),
+    'episode': lambda c: adders.EpisodeAdder(
+        c, max_sequence_length=4, priority_fns={'adder': None}),
+}
+
+
+@pytest.mark.parametrize('kind', sorted(_ADDERS))
+def test_extras_none_is_no_extras(client, reset, kind):
+  # Acme takes extras=None as no extras: the items are those of extras=().
+  got = {}
+  for extras in ((), None):
+    reset('adder')
+    adder = _ADDERS[kind](client)
+    _episode(adder, [1, 2, 3], [1, 1, 0], extras=lambda t, e=extras: e)
+    adder.close()
+    n = client.server_info(timeout=10)['adder'].current_size
+    got[extras] = [[x.tolist() for x in s.data] for s in client.sample(
+        'adder', n, emit_timesteps=False, timeout=10)]
+  assert got[()] and got[None] == got[()]
+  assert len(got[()][0]) == 5  # observation, action, reward, discount, ...
+
+
 def _step_template():
   return adders.Step(None, None, None, None, None, ())
 

@@ -162,9 +162,12 @@ class Adder:
     self._add_first_called = True
 
   def add(self, action, next_timestep, extras=()):
-    """Records ``action`` and the timestep it led to."""
+    """Records ``action`` and the timestep it led to. ``extras`` of None
+    are no extras, as ``()`` (the default), as with Acme."""
     if not self._add_first_called:
       raise ValueError('adder.add_first must be called before adder.add.')
+    if extras is None:
+      extras = ()
     self._add(action, next_timestep, extras)
     if _is(next_timestep, 'last', StepType.LAST):
       self._write_last()
