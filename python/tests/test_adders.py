@@ -252,6 +252,23 @@ def test_episodes_padded(client, reset):
   adder.close()
 
 
+def test_episode_padding_is_no_start_of_episode(client, reset):
+  # As Acme's: padding_fn pads every field but start_of_episode, which is
+  # False in padding steps (np.ones would make each one a start).
+  reset('adder')
+  adder = adders.EpisodeAdder(client, max_sequence_length=5,
+                              padding_fn=np.ones,
+                              priority_fns={'adder': None})
+  _episode(adder, [1, 2], [1, 0])
+  adder.close()
+  ((_, st),) = _read(client, 'adder', 1, _step_template())
+  np.testing.assert_array_equal(st.start_of_episode, [T, F, F, F, F])
+  assert st.start_of_episode.dtype == np.bool_
+  np.testing.assert_array_equal(st.action, [10, 11, 0, 1, 1])
+  np.testing.assert_array_equal(st.observation[3:], np.ones((2, 2)))
+  np.testing.assert_array_equal(st.reward, [1, 2, 0, 1, 1])
+
+
 def test_adder_misuse(client):
   adder = adders.NStepTransitionAdder(client, 1, GAMMA,
                                       priority_fns={'adder': None})

@@ -474,7 +474,8 @@ class EpisodeAdder(Adder):
   observation with zeros elsewhere), so an episode of T actions is an item
   of T + 1 steps; it must not exceed ``max_sequence_length`` (ValueError).
   With ``padding_fn(shape, dtype)`` every item is padded to
-  max_sequence_length steps with its values.
+  max_sequence_length steps with its values (start_of_episode is False
+  in padding steps, whatever padding_fn gives).
   """
 
   def __init__(self, client, max_sequence_length: int, *,
@@ -514,10 +515,13 @@ class EpisodeAdder(Adder):
   def _write_last(self):
     n = self._writer.episode_steps
     if self._padding_fn is not None and n < self._max_sequence_length:
+      # Padding steps have padding_fn's values of the last step's shapes
+      # and dtypes, and are no episode's start (as Acme's).
       h = self._writer.history
-      last = _tree.map_structure(lambda c: c[-1].numpy(), h)
-      pad = _tree.map_structure(
-          lambda x: self._padding_fn(np.shape(x), np.asarray(x).dtype), last)
+      pad = {k: _tree.map_structure(
+          lambda c: self._padding_fn(c[-1].shape, c[-1].dtype), v)
+             for k, v in h.items() if k != 'start_of_episode'}
+      pad['start_of_episode'] = False
       for _ in range(self._max_sequence_length - n):
         self._writer.append(pad)
       n = self._max_sequence_length
