@@ -213,6 +213,31 @@ def test_sequences_of_a_short_episode(client, reset, behavior, want):
   _check_steps(_read(client, 'adder', len(want), _step_template()), want)
 
 
+@pytest.mark.parametrize('period,steps,behavior,want', [
+    # Length 2 every 5 steps: [0, 2) is written; the next window, [5, 7),
+    # holds no step of an episode of 3 or 4 steps, so nothing more is.
+    (5, 3, 'zero_pad', [[0, 1]]),
+    (5, 4, 'zero_pad', [[0, 1]]),
+    (5, 3, 'truncate', [[0, 1]]),
+    (5, 4, 'truncate', [[0, 1]]),
+    (5, 4, 'write', [[0, 1], [2, 3]]),  # the last 2 steps
+    # Every 3 steps: the next window, [3, 5), holds step 3 of 4.
+    (3, 4, 'zero_pad', [[0, 1], [3, 0]]),
+    (3, 4, 'truncate', [[0, 1], [3]]),
+])
+def test_sequences_with_a_period_longer_than_the_sequence(
+    client, reset, period, steps, behavior, want):
+  reset('adder')
+  adder = adders.SequenceAdder(
+      client, sequence_length=2, period=period, priority_fns={'adder': None},
+      end_of_episode_behavior=behavior)
+  _episode(adder, [1] * (steps - 1), [1] * (steps - 2) + [0])
+  adder.close()
+  assert client.server_info(timeout=10)['adder'].current_size == len(want)
+  got = _read(client, 'adder', len(want), _step_template())
+  assert [st.observation[:, 0].tolist() for _, st in got] == want
+
+
 def test_sequences_without_overlap_and_two_episodes(client, reset):
   reset('adder')
   adder = adders.SequenceAdder(client, sequence_length=3, period=3,

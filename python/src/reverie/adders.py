@@ -365,6 +365,11 @@ class SequenceAdder(Adder):
     they overlap the sequence before by more than usual); an episode
     shorter than sequence_length is dropped.
 
+  With 'zero_pad' and 'truncate', nothing is written when that next
+  sequence would start after the episode's last step (period >
+  sequence_length), where Acme writes an item of padding alone
+  ('zero_pad') or of steps from outside that sequence ('truncate').
+
   These are Acme's ``EndBehavior.ZERO_PAD``, ``TRUNCATE`` and ``WRITE``
   (its enum may be passed as it is). With sequence_length 3, period 2 and
   steps 0..5, the last items are [4, 5, zeros], [4, 5] and [3, 4, 5].
@@ -446,6 +451,10 @@ class SequenceAdder(Adder):
     if n >= length and (n - length) % period == 0:
       return  # the last step ends a written sequence
     delta = length - n if n < length else (period - (n - length) % period)
+    if delta >= length and self._end_behavior != 'write':
+      # With period > sequence_length the next window may start after the
+      # episode's last step: it would hold no step of the episode.
+      return
     if self._end_behavior == 'truncate':
       # The steps since the last sequence's window would have moved on.
       self._create_item(self._window(length - delta))
