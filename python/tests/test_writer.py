@@ -1,8 +1,10 @@
 """TrajectoryWriter: history references, trajectories across chunks, partial
 steps, episodes, flush timeouts, validation, sticky errors, reconnects."""
 
+import gc
 import threading
 import time
+import weakref
 
 import numpy as np
 import pytest
@@ -406,6 +408,56 @@ def test_writer_of_a_closed_client(address):
   with pytest.raises(reverie.ClosedError):
     w.append({'x': np.int32(2)})
   w.close()
+
+
+def _writer_threads():
+  return sum(t.name == 'reverie-trajectory-writer' and t.is_alive()
+             for t in threading.enumerate())
+
+
+def test_dropped_writers_are_collected(client, reset):
+  # A writer dropped without close() is collected: its pending item (its
+  # chunk still open, so only a flush sends it) is flushed, and its
+  # thread and stream end. Its background threads must not keep it alive.
+  reset('queue')
+  before = _writer_threads()
+  refs = []
+  for i in range(30):
+    w = client.trajectory_writer(2, chunk_length=2)
+    w.append({'x': np.int64(i)})
+    w.create_item('queue', 1.0, w.history['x'][-1])
+    refs.append(weakref.ref(w))
+    del w
+  gc.collect()
+  assert sum(r() is not None for r in refs) == 0
+  deadline = time.monotonic() + 10
+  while _writer_threads() > before and time.monotonic() < deadline:
+    time.sleep(0.05)
+  assert _writer_threads() <= before
+  assert client.server_info(timeout=10)['queue'].current_size == 30
+  assert sorted(int(d[0]) for d in _sample(client, 'queue', 30)) == list(
+      range(30))
+
+
+def test_release_where_it_cannot_wait_carries_on_in_a_thread(client, reset):
+  # A collection runs the release wherever it happens, possibly on a
+  # thread inside the writer's own lock: there it must not wait for the
+  # writer (a deadlock), but hand the flush and close to a thread.
+  reset('queue')
+  w = client.trajectory_writer(2, chunk_length=2)
+  w.append({'x': np.int64(7)})
+  w.create_item('queue', 1.0, w.history['x'][-1])
+  core = w._core  # pylint: disable=protected-access
+  with core._lock:  # pylint: disable=protected-access
+    start = time.monotonic()
+    w._release()  # pylint: disable=protected-access
+    assert time.monotonic() - start < 5
+    assert not core._closed  # pylint: disable=protected-access
+  deadline = time.monotonic() + 10
+  while not core._closed and time.monotonic() < deadline:  # pylint: disable=protected-access
+    time.sleep(0.05)
+  assert core._closed  # pylint: disable=protected-access
+  assert [int(d[0]) for d in _sample(client, 'queue', 1)] == [7]
 
 
 def test_block_that_raises_still_flushes(client, reset):

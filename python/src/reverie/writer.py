@@ -24,8 +24,10 @@ Any other failure is sticky: every later call raises it.
 
 import collections
 import logging
+import sys
 import threading
 import time
+import weakref
 from typing import Optional
 
 import grpc
@@ -65,6 +67,12 @@ _COALESCE_S = 0.002
 # How long create_item waits for a table signature before skipping the
 # validation of that table's items.
 _SIGNATURE_TIMEOUT_S = 30.0
+# A writer dropped without close() flushes for up to this long (as Acme's
+# adders do when they are deleted), then closes, waiting up to
+# _RELEASE_JOIN_S for its stream thread.
+RELEASE_TIMEOUT_MS = 10_000
+_RELEASE_JOIN_S = 1.0
+_LOCK_PROBE_S = 0.1
 
 
 class _Chunk:
@@ -304,19 +312,13 @@ class _ColumnHistory:
     return f'_ColumnHistory(path={self._path})'
 
 
-class TrajectoryWriter:
-  """Writes trajectories to a table, as ``reverb.TrajectoryWriter``.
+class _WriterCore:
+  """The state and threads of a TrajectoryWriter (see there for the API).
 
-  Make one with ``client.trajectory_writer(num_keep_alive_refs)``; use it as
-  a context manager (which flushes on a clean exit and closes) or call
-  :meth:`close`. Methods are safe to call from several threads, although
-  an episode's steps normally come from one.
-
-  ``create_item`` does not wait for the server; at most
-  ``max_in_flight_items`` items may be created and not yet confirmed, after
-  which it blocks until the server confirms one (finalising waiting chunks
-  first), so a slow server slows the writer down instead of growing its
-  memory.
+  The background threads (the stream thread and gRPC's request thread)
+  hold this core, never the TrajectoryWriter its user holds, so that a
+  writer dropped without close() is collected: its finalizer then
+  releases the core (flush for a bounded time, then close).
   """
 
   # Threads and locks. The caller's thread does all the encoding: steps,
@@ -388,37 +390,12 @@ class TrajectoryWriter:
     self._pending = 0  # items created and not confirmed
     self._call = None
     self._stop = threading.Event()
+    # The thread gRPC runs _Requests on (its latest), for release().
+    self._request_thread = None
 
     self._thread = threading.Thread(
         target=self._run, daemon=True, name='reverie-trajectory-writer')
     self._thread.start()
-
-  def __enter__(self):
-    return self
-
-  def __exit__(self, exc_type, exc_value, tb):
-    # As dm-reverb's writer: the items created in the block are flushed
-    # even when it raised, unless what it raised came from reverie itself
-    # (the writer or its server failed, so a flush would fail too). A
-    # flush that fails while another exception propagates is logged, so
-    # that the block's own exception is the one the caller sees.
-    try:
-      if exc_type is None:
-        self.flush()
-      elif not issubclass(exc_type, errors.ReverieError):
-        try:
-          self.flush()
-        except Exception as e:  # pylint: disable=broad-except
-          log.warning('reverie trajectory writer: could not flush the items '
-                      'of a block that raised %s: %s', exc_type.__name__, e)
-    finally:
-      self.close()
-
-  def __del__(self):
-    try:
-      self.close(timeout=0)
-    except Exception:  # pylint: disable=broad-except
-      pass
 
   # --- history -----------------------------------------------------------
 
@@ -922,6 +899,50 @@ class TrajectoryWriter:
       self._ready.clear()
       self._inflight.clear()
 
+  def release(self, timeout_ms):
+    """What becomes of a writer dropped without close(): its pending items
+    are flushed for up to ``timeout_ms`` (those still unconfirmed then are
+    logged and dropped), then it is closed. Runs wherever the writer is
+    collected: on a thread that must not wait for the writer (one of its
+    own, or one inside its locks) it carries on in a thread of its own;
+    while the interpreter shuts down it only closes (the sender threads
+    no longer run)."""
+    if self._closed:
+      return
+    if sys.is_finalizing():
+      self.close(timeout=0)
+      return
+    if not self._may_wait():
+      threading.Thread(target=self.release, args=(timeout_ms,), daemon=True,
+                       name='reverie-trajectory-writer-release').start()
+      return
+    try:
+      self.flush(timeout_ms=timeout_ms)
+    except errors.ClosedError:
+      pass
+    except Exception as e:  # pylint: disable=broad-except
+      with self._send:
+        lost = self._pending
+      if lost:
+        log.error('reverie trajectory writer dropped without close(): its '
+                  'flush (of up to %d ms) failed and %d unconfirmed items '
+                  'are lost: %s', timeout_ms, lost, e)
+    finally:
+      self.close(timeout=_RELEASE_JOIN_S)
+
+  def _may_wait(self):
+    """Whether the calling thread may wait for this writer: none of its
+    background threads, and holding none of its locks (a lock that stays
+    busy for _LOCK_PROBE_S counts as held)."""
+    me = threading.get_ident()
+    if me == self._thread.ident or me == self._request_thread:
+      return False
+    for lock in (self._lock, self._send):
+      if not lock.acquire(timeout=_LOCK_PROBE_S):
+        return False
+      lock.release()
+    return True
+
   def _check_usable(self):
     if self._closed:
       raise errors.ClosedError('the trajectory writer is closed')
@@ -1034,6 +1055,105 @@ class TrajectoryWriter:
         self._send.notify_all()
 
 
+class TrajectoryWriter:
+  """Writes trajectories to a table, as ``reverb.TrajectoryWriter``.
+
+  Make one with ``client.trajectory_writer(num_keep_alive_refs)``; use it as
+  a context manager (which flushes on a clean exit and closes) or call
+  :meth:`close`. Methods are safe to call from several threads, although
+  an episode's steps normally come from one.
+
+  ``create_item`` does not wait for the server; at most
+  ``max_in_flight_items`` items may be created and not yet confirmed, after
+  which it blocks until the server confirms one (finalising waiting chunks
+  first), so a slow server slows the writer down instead of growing its
+  memory.
+
+  A writer dropped without close() is collected like any object: it then
+  flushes its pending items for up to ``RELEASE_TIMEOUT_MS`` (10 s; items
+  still unconfirmed are logged as lost) and closes its stream and thread.
+  dm-reverb's writer closes without flushing when it is deleted. Nothing
+  is flushed at interpreter exit: close (or flush) writers before.
+  """
+
+  def __init__(self, client, num_keep_alive_refs, *, validate_items=True,
+               max_in_flight_items=None, chunk_length=None,
+               delta_encoded=False):
+    core = self._core = _WriterCore(
+        client, num_keep_alive_refs, validate_items=validate_items,
+        max_in_flight_items=max_in_flight_items, chunk_length=chunk_length,
+        delta_encoded=delta_encoded)
+    # Holds the core only, so that it does not keep this writer alive.
+    self._release = weakref.finalize(self, core.release, RELEASE_TIMEOUT_MS)
+    self._release.atexit = False
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, exc_type, exc_value, tb):
+    # As dm-reverb's writer: the items created in the block are flushed
+    # even when it raised, unless what it raised came from reverie itself
+    # (the writer or its server failed, so a flush would fail too). A
+    # flush that fails while another exception propagates is logged, so
+    # that the block's own exception is the one the caller sees.
+    try:
+      if exc_type is None:
+        self.flush()
+      elif not issubclass(exc_type, errors.ReverieError):
+        try:
+          self.flush()
+        except Exception as e:  # pylint: disable=broad-except
+          log.warning('reverie trajectory writer: could not flush the items '
+                      'of a block that raised %s: %s', exc_type.__name__, e)
+    finally:
+      self.close()
+
+  @property
+  def history(self):
+    return self._core.history
+
+  @property
+  def episode_steps(self) -> int:
+    return self._core.episode_steps
+
+  @property
+  def max_in_flight_items(self):
+    return self._core.max_in_flight_items
+
+  def configure(self, path, *, num_keep_alive_refs: int,
+                max_chunk_length: Optional[int]):
+    self._core.configure(path, num_keep_alive_refs=num_keep_alive_refs,
+                         max_chunk_length=max_chunk_length)
+
+  def append(self, data, *, partial_step: bool = False):
+    self._core.append(data, partial_step=partial_step)
+
+  def create_item(self, table: str, priority: float, trajectory):
+    self._core.create_item(table, priority, trajectory)
+
+  def flush(self, block_until_num_items: int = 0,
+            timeout_ms: Optional[int] = None):
+    self._core.flush(block_until_num_items, timeout_ms)
+
+  def end_episode(self, clear_buffers: bool = True,
+                  timeout_ms: Optional[int] = None):
+    self._core.end_episode(clear_buffers, timeout_ms)
+
+  def close(self, timeout=10.0):
+    self._core.close(timeout)
+
+
+for _name in ('configure', 'append', 'create_item', 'flush', 'end_episode',
+              'close'):
+  getattr(TrajectoryWriter, _name).__doc__ = getattr(_WriterCore,
+                                                     _name).__doc__
+for _name in ('history', 'episode_steps', 'max_in_flight_items'):
+  setattr(TrajectoryWriter, _name, property(
+      getattr(TrajectoryWriter, _name).fget,
+      doc=getattr(_WriterCore, _name).__doc__))
+del _name
+
+
 class _StreamState:
   __slots__ = ('sent', 'done')
 
@@ -1063,6 +1183,7 @@ class _Requests:
 
   def __next__(self):
     w = self._w
+    w._request_thread = threading.get_ident()  # pylint: disable=protected-access
     state = self._state
     cond = w._work  # pylint: disable=protected-access
     with cond:
