@@ -2,10 +2,14 @@
 out by hand (in the comments) after a round trip through the server."""
 
 import enum
+import gc
+import threading
+import time
 
 import numpy as np
 import pytest
 
+import reverie
 from reverie import _tree
 from reverie import adders
 
@@ -304,3 +308,67 @@ def test_adder_misuse(client):
   with pytest.raises(NotImplementedError):
     adders.SequenceAdder(client, 3, 1, break_end_of_episode=False)
   adder.close()
+
+
+def _mid_episode(adder, n):
+  """add_first, then n adds that do not end the episode."""
+  adder.add_first(adders.restart(np.zeros(2, np.float32)))
+  for t in range(n):
+    adder.add(np.int32(t), adders.transition(np.float32(t),
+                                             np.full(2, t + 1, np.float32)))
+
+
+def test_dropped_adder_keeps_its_items(client, reset):
+  # Acme's adders have no close(), so code ported from Acme drops them
+  # mid-episode. As Acme's, the adder flushes before its writer closes:
+  # the table holds every item, not all but the unconfirmed ones.
+  reset('adder')
+  adder = adders.NStepTransitionAdder(
+      client, n_step=3, discount=GAMMA, priority_fns={'adder': None})
+  _mid_episode(adder, 20)
+  del adder
+  gc.collect()
+  deadline = time.monotonic() + 10
+  while (client.server_info(timeout=10)['adder'].current_size < 20 and
+         time.monotonic() < deadline):
+    time.sleep(0.05)
+  assert client.server_info(timeout=10)['adder'].current_size == 20
+
+
+def _writer_threads():
+  return sum(t.name == 'reverie-trajectory-writer' and t.is_alive()
+             for t in threading.enumerate())
+
+
+@pytest.mark.reverie_only
+def test_adder_close_is_bounded_when_the_server_is_gone(own_reverie,
+                                                       monkeypatch):
+  srv = own_reverie()
+  c = reverie.Client(srv.address)
+  before = _writer_threads()
+  a1 = adders.NStepTransitionAdder(c, n_step=1, discount=GAMMA,
+                                   priority_fns={'adder': None})
+  a2 = adders.NStepTransitionAdder(c, n_step=1, discount=GAMMA,
+                                   priority_fns={'adder': None})
+  for a in (a1, a2):
+    _mid_episode(a, 1)
+  srv.stop()
+  for a in (a1, a2):  # an item the server cannot confirm
+    a.add(np.int32(1), adders.transition(np.float32(1),
+                                         np.full(2, 2, np.float32)))
+  start = time.monotonic()
+  with pytest.raises(reverie.DeadlineExceededError):
+    a1.close(timeout_ms=300)
+  assert time.monotonic() - start < 5
+  # `with adder:` closes with the default timeout (shortened here).
+  monkeypatch.setattr(adders.Adder.close, '__defaults__', (300,))
+  start = time.monotonic()
+  with pytest.raises(reverie.DeadlineExceededError):
+    with a2:
+      pass
+  assert time.monotonic() - start < 5
+  deadline = time.monotonic() + 5
+  while _writer_threads() > before and time.monotonic() < deadline:
+    time.sleep(0.05)
+  assert _writer_threads() <= before
+  c.close()

@@ -28,6 +28,7 @@ termination and 1 for a truncation.
 
 import collections
 import enum
+import logging
 from typing import Any, Callable, Mapping, NamedTuple, Optional
 
 import numpy as np
@@ -35,6 +36,11 @@ import numpy as np
 from reverie import _tree
 
 DEFAULT_PRIORITY_TABLE = 'priority_table'
+# How long Adder.close waits by default for the server to confirm the
+# items written.
+CLOSE_TIMEOUT_MS = 10_000
+
+log = logging.getLogger('reverie')
 
 
 class StepType(enum.IntEnum):
@@ -180,30 +186,47 @@ class Adder:
     self._add_first_called = False
     self._reset()
 
-  def close(self):
-    """Flushes and closes the writer."""
-    if self.__writer is not None:
+  def close(self, timeout_ms: Optional[int] = CLOSE_TIMEOUT_MS):
+    """Flushes the items written and closes the writer.
+
+    Waits up to ``timeout_ms`` (default 10 s; None waits without bound)
+    for the server to confirm the items, then raises DeadlineExceededError
+    (ServerUnavailableError when the server could not be reached): the
+    items still unconfirmed are lost. The writer is closed either way.
+    Acme's adders have no close(): an adder that is dropped flushes
+    (for up to 10 s, logging the items it loses) and closes by itself.
+    """
+    writer = self.__writer
+    if writer is not None:
+      self.__writer = None
       try:
-        self.__writer.flush()
+        writer.flush(timeout_ms=timeout_ms)
       finally:
-        self.__writer.close()
-        self.__writer = None
+        writer.close()
 
   def __enter__(self):
     return self
 
-  def __exit__(self, *exc):
-    self.close()
+  def __exit__(self, exc_type, exc_value, tb):
+    if exc_type is None:
+      self.close()
+      return
+    # The block's own exception is the one that propagates.
+    try:
+      self.close()
+    except Exception as e:  # pylint: disable=broad-except
+      log.warning('reverie adder: could not flush the items of a block that '
+                  'raised %s: %s', exc_type.__name__, e)
 
   def __del__(self):
-    # The writer's thread keeps the writer alive; the adder is only held
-    # by its user, so it stops the writer when it goes.
+    # Code ported from Acme never closes its adders (they have no close),
+    # it drops them. As Acme's adders, a dropped one flushes what it wrote
+    # (for up to 10 s, logging the items that could not be confirmed) and
+    # then closes its writer: the writer's release, which also knows on
+    # which threads it may wait.
     writer = self.__dict__.get('_Adder__writer')
     if writer is not None:
-      try:
-        writer.close(timeout=0)
-      except Exception:  # pylint: disable=broad-except
-        pass
+      writer._release()  # pylint: disable=protected-access
 
   def _create_item(self, trajectory):
     """Inserts ``trajectory`` (a nest of TrajectoryColumns) into every
