@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
 )
 
@@ -88,7 +89,12 @@ type poolMember struct {
 // down stays in the pool: its connection reconnects in the background and
 // writers and samplers use it again when it is back.
 //
-// opts apply to every connection.
+// opts apply to every connection, except that the pool's connections never
+// go idle (a grpc.WithIdleTimeout among them is overridden): the pool reads
+// a connection that is not ready as a server that is down, and gRPC-Go
+// lets a connection with no call open go idle after 30 minutes, so a
+// server that only some writers use was reported lost and found again
+// every half hour, and skipped by new writers meanwhile.
 func DialPool(ctx context.Context, addrs []string, popts PoolOptions, opts ...Option) (*Pool, error) {
 	if len(addrs) == 0 {
 		return nil, fmt.Errorf("%w: DialPool: no addresses", ErrInvalidArgument)
@@ -100,7 +106,9 @@ func DialPool(ctx context.Context, addrs []string, popts PoolOptions, opts ...Op
 	errs := make([]error, len(addrs))
 	var wg sync.WaitGroup
 	for i, addr := range addrs {
-		wg.Go(func() { clients[i], errs[i] = Dial(ctx, addr, opts...) })
+		wg.Go(func() {
+			clients[i], errs[i] = Dial(ctx, addr, append(opts, WithDialOptions(grpc.WithIdleTimeout(0)))...)
+		})
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {

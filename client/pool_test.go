@@ -18,6 +18,7 @@ import (
 	"github.com/reverie-rl/reverie/selector"
 	"github.com/reverie-rl/reverie/server"
 	"github.com/reverie-rl/reverie/server/servertest"
+	"google.golang.org/grpc"
 )
 
 // ptServer is an in-process server on a loopback port that a test can
@@ -579,5 +580,29 @@ func TestDialPoolUnreachable(t *testing.T) {
 	}
 	if _, err := client.DialPool(context.Background(), nil, client.PoolOptions{}); !errors.Is(err, client.ErrInvalidArgument) {
 		t.Errorf("DialPool without addresses: %v", err)
+	}
+}
+
+// TestPoolConnectionsDoNotIdle: an idle connection is not a lost server.
+// gRPC-Go lets a connection with no call open go idle (after 30 minutes by
+// default; here the caller asks for 200 ms, which the pool overrides), and
+// the pool used to log it lost and back, and skip it for new writers in
+// between (found by review).
+func TestPoolConnectionsDoNotIdle(t *testing.T) {
+	a, b := ptStart(t, ptUniform("t")), ptStart(t, ptUniform("t"))
+	logs := &ptLogs{}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p, err := client.DialPool(ctx, []string{a.addr, b.addr}, client.PoolOptions{
+		Logger:        slog.New(slog.NewTextHandler(logs, nil)),
+		FailoverDelay: 150 * time.Millisecond,
+	}, client.WithDialOptions(grpc.WithIdleTimeout(200*time.Millisecond)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	time.Sleep(1500 * time.Millisecond) // no call on either connection
+	if out := logs.String(); strings.Contains(out, "lost") {
+		t.Fatalf("idle connections were reported lost:\n%s", out)
 	}
 }
