@@ -15,6 +15,7 @@ import (
 	protocodec "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 )
 
 // codec is the server's gRPC codec. It is gRPC's proto codec except for two
@@ -49,7 +50,12 @@ func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
 		m.decodeInto(data, c.chunks)
 		return nil // a decoding error is in m.err, for the handler to report
 	}
-	return c.proto.Unmarshal(data, v)
+	err := c.proto.Unmarshal(data, v)
+	if m, ok := v.(proto.Message); ok && err != nil {
+		setDecodeError(data, m, err) // for the handler to report (decode.go)
+		return nil
+	}
+	return err
 }
 
 // transportPool holds gRPC's read buffers. Unlike gRPC's default pool it

@@ -198,7 +198,7 @@ func New(cfg Config) (*Server, error) {
 	secured.unary = append([]grpc.UnaryServerInterceptor{s.metrics.unary}, secured.unary...)
 	secured.stream = append([]grpc.StreamServerInterceptor{s.metrics.stream}, secured.stream...)
 	s.grpc = s.newRPCServer(secured)
-	reverbpb.RegisterReverbServiceServer(s.grpc, s)
+	s.grpc.RegisterService(reverbServiceDesc(), s)
 	s.health = health.NewServer()
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(reverbpb.ReverbService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
