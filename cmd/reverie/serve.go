@@ -146,7 +146,7 @@ func runServe(args []string) int {
 	if *tokenFile != "" {
 		cfg.Auth.TokenFile = *tokenFile
 	}
-	if cfg.Auth.Enabled() && !cfg.TLS.Enabled() && !strings.HasPrefix(cfg.ListenAddr(), "unix://") {
+	if cfg.Auth.Enabled() && !cfg.TLS.Enabled() && !strings.HasPrefix(cfg.ListenAddr(), "unix:") { // unix:///path and unix:/path
 		log.Warn("bearer tokens without TLS cross the network in the clear; pass --tls-cert and --tls-key")
 	}
 	if cfg.Validate() == nil {
