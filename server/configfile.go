@@ -710,9 +710,6 @@ func (p *cfgParser) ywal(n *yaml.Node) (WALConfig, error) {
 		if err != nil || d <= 0 {
 			return w, p.yerrf("wal.interval", v, "must be a positive duration such as 100ms, got %q", str)
 		}
-		if w.Fsync != "interval" {
-			return w, p.yerrf("wal.interval", v, "applies only to fsync: interval, not %s", w.Fsync)
-		}
 		w.Interval = d
 	}
 	if v, ok := m["dir"]; ok && !yamlAbsent(v) {

@@ -481,7 +481,6 @@ func TestLoadConfigFileBad(t *testing.T) {
 		{"yaml wal no fsync", "a.yaml", goodYAML + "wal: {interval: 1s}\n", []string{`wal.fsync: required: always, interval or never (line 3)`}},
 		{"yaml wal bad fsync", "a.yaml", goodYAML + "wal: {fsync: sometimes}\n", []string{`wal.fsync: want always, interval or never, got "sometimes" (line 3)`}},
 		{"yaml wal bad interval", "a.yaml", goodYAML + "wal: {fsync: interval, interval: 10}\n", []string{`wal.interval: must be a positive duration such as 100ms, got "10" (line 3)`}},
-		{"yaml wal interval without interval fsync", "a.yaml", goodYAML + "wal: {fsync: always, interval: 1s}\n", []string{`wal.interval: applies only to fsync: interval, not always (line 3)`}},
 		{"yaml wal unknown key", "a.yaml", goodYAML + "wal: {fsync: always, sync: x}\n", []string{`wal.sync: unknown key "sync"; want one of fsync, interval, dir, checkpoint_after_bytes (line 3)`}},
 		{"yaml unknown top key", "a.yaml", goodYAML + "prot: 1\n", []string{`prot: unknown key "prot"; want one of port, listen, local_listen, transport, checkpoint_dir, checkpoint_write_rate, tables, wal, remote_snapshots, storage, tls, auth (line 3)`}},
 		{"yaml unknown table key", "a.yaml", y(okY + "    rate_limter: {min_size: 1}\n"), []string{`tables[1].rate_limter: unknown key "rate_limter"; want one of name, sampler`, "(line 7)"}},

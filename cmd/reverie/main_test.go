@@ -974,8 +974,7 @@ wait:
 	}()
 	cmd.Wait()
 
-	for _, args := range [][]string{{"--port", "-5"}, {"--memory-limit-bytes", "-5"}, {"--shutdown-timeout", "-5s"},
-		{"--wal-interval", "1s", "--wal-fsync", "always", "--checkpoint-dir", t.TempDir()}} {
+	for _, args := range [][]string{{"--port", "-5"}, {"--memory-limit-bytes", "-5"}, {"--shutdown-timeout", "-5s"}} {
 		out, err := exec.Command(binary, append([]string{"serve"}, args...)...).CombinedOutput()
 		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), args[0]+": ") {
 			t.Errorf("%v: %v\n%s", args, err, out)

@@ -108,12 +108,6 @@ func runServe(args []string) int {
 	if *walDir != "" {
 		cfg.WAL.Dir = *walDir
 	}
-	if *walInterval != 0 && cfg.WAL.Fsync != "interval" {
-		// The config file's wal block may set the policy; the flag's
-		// value would be ignored under any other.
-		log.Error("bad flag", "err", fmt.Sprintf("--wal-interval: applies only under --wal-fsync interval, not %q", cfg.WAL.Fsync))
-		return 2
-	}
 	cfg.RestorePath = *restore
 	if *snapURL != "" {
 		cfg.Snapshots.URL = *snapURL
