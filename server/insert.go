@@ -82,6 +82,10 @@ func (s *Server) InsertStream(stream reverbpb.ReverbService_InsertStreamServer) 
 			default:
 			}
 		}
+		if err := conf.waitRoom(ctx, s.closing); err != nil {
+			conf.close()
+			return toStatus(err)
+		}
 	}
 }
 
@@ -403,25 +407,63 @@ type confirmer struct {
 	// on disk; keys are sent only after.
 	durable func(lsn uint64) error
 
+	// maxUnsent bounds keys (see waitRoom).
+	maxUnsent int
+
 	mu      sync.Mutex
 	keys    []uint64 // guarded by mu
 	lsn     uint64   // guarded by mu; the greatest lsn of keys
 	err     error    // guarded by mu; the first send error
 	wake    chan struct{}
+	room    chan struct{} // signalled when run takes keys
 	stop    chan struct{}
 	done    chan struct{}
 	stopped sync.Once
 }
 
+// maxUnsentConfirms is the most keys an insert stream holds for a client
+// that does not read its confirmations (8 MiB of them) before it stops
+// reading the client's requests. Generous: a client that sends its items
+// first and reads the confirmations only after its last request, as a
+// simple one may, must not block before a million items.
+const maxUnsentConfirms = 1 << 20
+
 func newConfirmer(send func(*reverbpb.InsertStreamResponse) error) *confirmer {
 	c := &confirmer{
-		send: send,
-		wake: make(chan struct{}, 1),
-		stop: make(chan struct{}),
-		done: make(chan struct{}),
+		send:      send,
+		maxUnsent: maxUnsentConfirms,
+		wake:      make(chan struct{}, 1),
+		room:      make(chan struct{}, 1),
+		stop:      make(chan struct{}),
+		done:      make(chan struct{}),
 	}
 	go c.run()
 	return c
+}
+
+// waitRoom waits while maxUnsent keys or more wait to be sent: behind a
+// send that the client's flow control holds, which a client that sends
+// items and never reads its confirmations does. The keys used to pile up
+// without bound (8 bytes an item, for as long as the rate limiter admits
+// items), where gRPC's flow control would have held the client's
+// requests back had the stream stopped reading them. It returns early
+// with ctx's error, or errShuttingDown once closing is closed.
+func (c *confirmer) waitRoom(ctx context.Context, closing <-chan struct{}) error {
+	for {
+		c.mu.Lock()
+		n := len(c.keys)
+		c.mu.Unlock()
+		if n < c.maxUnsent {
+			return nil
+		}
+		select {
+		case <-c.room:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-closing:
+			return errShuttingDown
+		}
+	}
 }
 
 func (c *confirmer) add(key, lsn uint64) {
@@ -449,6 +491,10 @@ func (c *confirmer) run() {
 		c.keys = nil
 		failed := c.err != nil
 		c.mu.Unlock()
+		select {
+		case c.room <- struct{}{}:
+		default:
+		}
 		if len(keys) > 0 && !failed && c.durable != nil && lsn > 0 {
 			if err := c.durable(lsn); err != nil {
 				c.mu.Lock()
