@@ -17,6 +17,10 @@ import (
 //	  timeout: 1h
 //
 // Config.Validate checks the values together.
+// MinSnapshotSetting is the least snapshot interval and upload timeout a
+// config file or a serve flag may give.
+const MinSnapshotSetting = time.Second
+
 func (p *cfgParser) yamlRemoteSnapshots(n *yaml.Node, cfg *Config) error {
 	const path = "remote_snapshots"
 	if yamlAbsent(n) {
@@ -36,6 +40,12 @@ func (p *cfgParser) yamlRemoteSnapshots(n *yaml.Node, cfg *Config) error {
 		if sc.Interval, err = p.yduration(v, path+".interval"); err != nil {
 			return err
 		}
+		// Each snapshot is a checkpoint of every table and an upload of
+		// it: one more often than every second is a mistake (a unit left
+		// out, say), not a schedule. (A Config built in Go may set any.)
+		if sc.Interval > 0 && sc.Interval < MinSnapshotSetting {
+			return p.yerrf(path+".interval", v, "must be 0 (no schedule) or at least %v, got %v", MinSnapshotSetting, sc.Interval)
+		}
 	}
 	if v, ok := m["keep"]; ok {
 		keep, err := p.yint(v, path+".keep")
@@ -50,6 +60,9 @@ func (p *cfgParser) yamlRemoteSnapshots(n *yaml.Node, cfg *Config) error {
 	if v, ok := m["timeout"]; ok {
 		if sc.Timeout, err = p.yduration(v, path+".timeout"); err != nil {
 			return err
+		}
+		if sc.Timeout > 0 && sc.Timeout < MinSnapshotSetting {
+			return p.yerrf(path+".timeout", v, "must be 0 (the default) or at least %v, got %v", MinSnapshotSetting, sc.Timeout)
 		}
 	}
 	return nil

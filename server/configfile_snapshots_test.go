@@ -58,6 +58,10 @@ func TestRemoteSnapshotsConfig(t *testing.T) {
 			"remote_snapshots.keep: must be in [0, 1048576], got -1"},
 		{"fractional keep", dir + "remote_snapshots: {url: 's3://b?region=us-east-1', keep: 1.5}\n" + tables,
 			"remote_snapshots.keep: must be an integer"},
+		{"interval under a second", dir + "remote_snapshots: {url: 's3://b?region=us-east-1', interval: 10ms}\n" + tables,
+			"remote_snapshots.interval: must be 0 (no schedule) or at least 1s, got 10ms (line 2)"},
+		{"timeout under a second", dir + "remote_snapshots: {url: 's3://b?region=us-east-1', timeout: 500ms}\n" + tables,
+			"remote_snapshots.timeout: must be 0 (the default) or at least 1s, got 500ms (line 2)"},
 		{"interval without url", dir + "remote_snapshots: {interval: 1m}\n" + tables,
 			"remote_snapshots.url: interval, keep or timeout is set but url is empty"},
 	}

@@ -974,7 +974,7 @@ wait:
 	}()
 	cmd.Wait()
 
-	for _, args := range [][]string{{"--port", "-5"}, {"--memory-limit-bytes", "-5"}, {"--shutdown-timeout", "-5s"}} {
+	for _, args := range [][]string{{"--port", "-5"}, {"--memory-limit-bytes", "-5"}, {"--shutdown-timeout", "-5s"}, {"--snapshot-interval", "10ms"}} {
 		out, err := exec.Command(binary, append([]string{"serve"}, args...)...).CombinedOutput()
 		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), args[0]+": ") {
 			t.Errorf("%v: %v\n%s", args, err, out)

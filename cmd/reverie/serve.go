@@ -71,6 +71,10 @@ func runServe(args []string) int {
 		log.Error("bad flag", "err", fmt.Sprintf("--port: must be in [0, 65535], got %d", *port))
 		return 2
 	}
+	if *snapInterval < 0 || (*snapInterval > 0 && *snapInterval < server.MinSnapshotSetting) {
+		log.Error("bad flag", "err", fmt.Sprintf("--snapshot-interval: must be 0 (no schedule) or at least %v, got %v", server.MinSnapshotSetting, *snapInterval))
+		return 2
+	}
 	if *drain < 0 {
 		log.Error("bad flag", "err", fmt.Sprintf("--shutdown-timeout: must be >= 0, got %v", *drain))
 		return 2
