@@ -460,6 +460,38 @@ def test_release_where_it_cannot_wait_carries_on_in_a_thread(client, reset):
   assert [int(d[0]) for d in _sample(client, 'queue', 1)] == [7]
 
 
+def test_release_off_the_owner_thread_does_not_wait(client, reset):
+  # A collection can run on any thread, gRPC's channel thread among them,
+  # which delivers the confirmations a flush waits for: a release there
+  # waited out its whole timeout and stalled every stream of the client.
+  # Off the thread that made the writer it hands the flush to a thread.
+  reset('queue')
+  w = client.trajectory_writer(2, chunk_length=2)
+  w.append({'x': np.int64(9)})
+  w.create_item('queue', 1.0, w.history['x'][-1])
+  core = w._core  # pylint: disable=protected-access
+  took = []
+
+  def release():
+    start = time.monotonic()
+    w._release()  # pylint: disable=protected-access
+    took.append(time.monotonic() - start)
+
+  # On gRPC's channel thread, as a collection may run it: a future's
+  # done-callback runs there.
+  from reverie._proto.deepmind.reverb import reverb_service_pb2 as pb  # pylint: disable=import-outside-toplevel
+  fut = client._stub.ServerInfo.future(pb.ServerInfoRequest())  # pylint: disable=protected-access
+  done = threading.Event()
+  fut.add_done_callback(lambda _: (release(), done.set()))
+  assert done.wait(20)
+  assert took and took[0] < 1, took
+  deadline = time.monotonic() + 10
+  while not core._closed and time.monotonic() < deadline:  # pylint: disable=protected-access
+    time.sleep(0.05)
+  assert core._closed  # pylint: disable=protected-access
+  assert [int(d[0]) for d in _sample(client, 'queue', 1)] == [9]
+
+
 def test_block_that_raises_still_flushes(client, reset):
   # As dm-reverb's: a with-block that raises (here, as if the environment
   # failed) still flushes the items it created, and its own exception is

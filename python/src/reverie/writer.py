@@ -392,6 +392,9 @@ class _WriterCore:
     self._stop = threading.Event()
     # The thread gRPC runs _Requests on (its latest), for release().
     self._request_thread = None
+    # The thread that made the writer (an actor's, usually): the only one
+    # on which a release waits for the flush (see _may_wait).
+    self._owner = threading.get_ident()
 
     self._thread = threading.Thread(
         target=self._run, daemon=True, name='reverie-trajectory-writer')
@@ -903,19 +906,26 @@ class _WriterCore:
     """What becomes of a writer dropped without close(): its pending items
     are flushed for up to ``timeout_ms`` (those still unconfirmed then are
     logged and dropped), then it is closed. Runs wherever the writer is
-    collected: on a thread that must not wait for the writer (one of its
-    own, or one inside its locks) it carries on in a thread of its own;
-    while the interpreter shuts down it only closes (the sender threads
-    no longer run)."""
+    collected: on any thread but the one that made the writer, or on that
+    one inside the writer's locks, it carries on in a thread of its own
+    (a collection can run on gRPC's channel thread, which must deliver
+    the very confirmations the flush waits for: waiting there stalled
+    every stream of the client for the whole timeout); while the
+    interpreter shuts down it only closes (the sender threads no longer
+    run)."""
     if self._closed:
       return
     if sys.is_finalizing():
       self.close(timeout=0)
       return
     if not self._may_wait():
-      threading.Thread(target=self.release, args=(timeout_ms,), daemon=True,
+      threading.Thread(target=self._release_now, args=(timeout_ms,), daemon=True,
                        name='reverie-trajectory-writer-release').start()
       return
+    self._release_now(timeout_ms)
+
+  def _release_now(self, timeout_ms):
+    """release's flush and close, on a thread that may wait for them."""
     try:
       self.flush(timeout_ms=timeout_ms)
     except errors.ClosedError:
@@ -931,11 +941,12 @@ class _WriterCore:
       self.close(timeout=_RELEASE_JOIN_S)
 
   def _may_wait(self):
-    """Whether the calling thread may wait for this writer: none of its
-    background threads, and holding none of its locks (a lock that stays
-    busy for _LOCK_PROBE_S counts as held)."""
+    """Whether the calling thread may wait for this writer: the thread
+    that made it (no thread of the writer's or of gRPC's), holding none
+    of its locks (a lock that stays busy for _LOCK_PROBE_S counts as
+    held)."""
     me = threading.get_ident()
-    if me == self._thread.ident or me == self._request_thread:
+    if me != self._owner or me == self._thread.ident or me == self._request_thread:
       return False
     for lock in (self._lock, self._send):
       if not lock.acquire(timeout=_LOCK_PROBE_S):
