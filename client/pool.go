@@ -105,10 +105,11 @@ func DialPool(ctx context.Context, addrs []string, popts PoolOptions, opts ...Op
 	clients := make([]*Client, len(addrs))
 	errs := make([]error, len(addrs))
 	var wg sync.WaitGroup
+	// Built once, on a clipped copy: appending to the caller's slice from
+	// each goroutine wrote into its spare capacity from all of them.
+	opts = append(slices.Clip(opts), WithDialOptions(grpc.WithIdleTimeout(0)))
 	for i, addr := range addrs {
-		wg.Go(func() {
-			clients[i], errs[i] = Dial(ctx, addr, append(opts, WithDialOptions(grpc.WithIdleTimeout(0)))...)
-		})
+		wg.Go(func() { clients[i], errs[i] = Dial(ctx, addr, opts...) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {

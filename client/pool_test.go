@@ -606,3 +606,22 @@ func TestPoolConnectionsDoNotIdle(t *testing.T) {
 		t.Fatalf("idle connections were reported lost:\n%s", out)
 	}
 }
+
+// TestDialPoolLeavesCallersOptions: DialPool adds its own option without
+// writing into the caller's slice, whose spare capacity each connection's
+// goroutine used to fill at once (a race, found by review).
+func TestDialPoolLeavesCallersOptions(t *testing.T) {
+	a, b, c := ptStart(t, ptUniform("t")), ptStart(t, ptUniform("t")), ptStart(t, ptUniform("t"))
+	opts := make([]client.Option, 1, 4)
+	opts[0] = client.WithDialOptions()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p, err := client.DialPool(ctx, []string{a.addr, b.addr, c.addr}, client.PoolOptions{}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if spare := opts[1:2]; spare[0] != nil {
+		t.Fatal("DialPool wrote into the caller's options past their length")
+	}
+}
