@@ -51,7 +51,7 @@ func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
 		return nil // a decoding error is in m.err, for the handler to report
 	}
 	err := c.proto.Unmarshal(data, v)
-	if m, ok := v.(proto.Message); ok && err != nil {
+	if m, ok := v.(proto.Message); ok && err != nil && isReverbRequest(m) {
 		setDecodeError(data, m, err) // for the handler to report (decode.go)
 		return nil
 	}

@@ -48,6 +48,17 @@ func setDecodeError(data mem.BufferSlice, m proto.Message, err error) {
 	m.ProtoReflect().SetUnknown(b)
 }
 
+// isReverbRequest reports whether m is one of ReverbService's messages,
+// whose handlers reverbServiceDesc wraps. The server's other services
+// (health, reflection) decode through the same codec, unwrapped: their
+// errors stay the codec's (a malformed health check once read as an
+// empty one, and was answered SERVING).
+func isReverbRequest(m proto.Message) bool {
+	return m.ProtoReflect().Descriptor().ParentFile().Package() == reverbPackage
+}
+
+var reverbPackage = (&reverbpb.ResetRequest{}).ProtoReflect().Descriptor().ParentFile().Package()
+
 // decodeErrorOf returns the INVALID_ARGUMENT status of a message that did
 // not decode, or nil.
 func decodeErrorOf(v any) error {

@@ -72,6 +72,13 @@ func TestMalformedRequestsAreInvalidArgument(t *testing.T) {
 			}
 		})
 	}
+	// A malformed health check is not read as an empty one (whose answer
+	// would be SERVING for the whole server): the error stays gRPC's.
+	var resp []byte
+	err = conn.Invoke(ctxT(t), "/grpc.health.v1.Health/Check", &badTable, &resp)
+	if status.Code(err) == codes.OK {
+		t.Fatalf("malformed health check answered %x", resp)
+	}
 	// The server goes on serving.
 	if _, err := s.Client.Reset(ctxT(t), &reverbpb.ResetRequest{Table: "u"}); err != nil {
 		t.Fatalf("Reset after the malformed requests: %v", err)
