@@ -39,15 +39,15 @@ step "remote snapshots against a real S3 server: MinIO on loopback (scripts/test
 scripts/test-s3.sh
 
 step "acceptance: a 2 GiB checkpoint under load, restored whole (TestCheckpointLarge, alone on the machine)"
-# About 2.5 minutes and 7 GiB of RAM: the p99 of a mixed load during the
-# checkpoint must stay within twice the p99 before it (a round over that
-# adds a round; a second one over, or any over 5x, fails the test). The
+# About 3 minutes and 7 GiB of RAM: the p99 of a mixed load during the
+# checkpoint must stay within twice the p99 before it, on the mean of 3
+# rounds, and within 5x in every round (docs/formats.md says why). The
 # server's first checkpoint under load is taken before the rounds and not
 # judged (docs/formats.md says why).
 # The steps before write gigabytes (build caches, test files); flush them
 # first, so that their writeback does not land in a measured window.
 sync
-REVERIE_CHECKPOINT_LARGE_GB=2 REVERIE_CHECKPOINT_LARGE_ROUNDS=2 \
+REVERIE_CHECKPOINT_LARGE_GB=2 REVERIE_CHECKPOINT_LARGE_ROUNDS=3 \
   go test -count=1 -v -timeout 20m -run '^TestCheckpointLarge$' ./cmd/reverie | grep -E '^(=== RUN|--- |PASS|FAIL|ok)|main_test.go'
 
 step "acceptance: grpcurl ServerInfo through reflection"

@@ -731,15 +731,19 @@ func TestCheckpointLarge(t *testing.T) {
 	// ratios (see "Figures" in docs/formats.md). Windows of 10 s rather
 	// than 5 halve the weight of a single stall in the p99.
 	//
-	// A round over the limit is not failed on its own: one 10 s window's
-	// p99 can be set by a single stall of a loaded machine, and CI runs
-	// have seen first rounds reach 1.84 (2.08 once, before the warm-up).
-	// The first round over 2× adds a round, and the test fails if a
-	// second round goes over, or if any goes over 5×: a checkpoint that
-	// stopped the load would put the p99 during it at seconds against
-	// milliseconds, in every round.
+	// The limit is on the mean of the rounds' ratios (the worse of insert
+	// and sample in each round), and no round may go over 5×: a
+	// checkpoint that stopped the load would put the p99 during it at
+	// seconds against milliseconds, in every round. A single round is too
+	// noisy to judge on this 2-core VM, where the load saturates both
+	// cores and the checkpoint's page faults on fresh memory (see
+	// "Figures" in docs/formats.md) land on it: until 2026-11-28 one round
+	// over 2× added a round and a second one failed the test, and a CI
+	// run failed so with rounds of 2.14, 2.05 and 1.11 (mean 1.77), while
+	// the run before it passed with 2.46, 1.74 and 1.46 (mean 1.89).
 	const limit, hardLimit = 2.0, 5.0
-	rounds, over := 3, 0
+	rounds := 3
+	var ratios []float64
 	if s := os.Getenv("REVERIE_CHECKPOINT_LARGE_ROUNDS"); s != "" {
 		if rounds, err = strconv.Atoi(s); err != nil || rounds < 1 {
 			t.Fatalf("REVERIE_CHECKPOINT_LARGE_ROUNDS=%q", s)
@@ -766,19 +770,19 @@ func TestCheckpointLarge(t *testing.T) {
 			t.Errorf("round %d: the checkpoint ended (%v) before the measured window (%v): the window is not wholly during it", round, ckpt, windowEnd)
 		}
 		worst := max(di.P99Ms/bi.P99Ms, ds.P99Ms/bs.P99Ms)
-		switch {
-		case worst > hardLimit:
+		ratios = append(ratios, worst)
+		if worst > hardLimit {
 			t.Errorf("round %d: p99 during the checkpoint is over %v times the p99 before: insert %.2f vs %.2f ms, sample %.2f vs %.2f ms",
 				round, hardLimit, di.P99Ms, bi.P99Ms, ds.P99Ms, bs.P99Ms)
-		case worst > limit && over > 0:
-			t.Errorf("round %d: p99 during the checkpoint is over twice the p99 before, in a second round: insert %.2f vs %.2f ms, sample %.2f vs %.2f ms",
-				round, di.P99Ms, bi.P99Ms, ds.P99Ms, bs.P99Ms)
-		case worst > limit:
-			over++
-			rounds++
-			t.Logf("round %d: p99 during the checkpoint is over twice the p99 before (insert %.2f vs %.2f ms, sample %.2f vs %.2f ms): one more round",
-				round, di.P99Ms, bi.P99Ms, ds.P99Ms, bs.P99Ms)
 		}
+	}
+	mean := 0.0
+	for _, r := range ratios {
+		mean += r / float64(len(ratios))
+	}
+	t.Logf("p99 ratios (the worse of insert and sample) per round %.2f: mean %.2f", ratios, mean)
+	if mean > limit {
+		t.Errorf("p99 during the checkpoints is over twice the p99 before, on the mean of %d rounds: %.2f (rounds %.2f)", len(ratios), mean, ratios)
 	}
 	t.Logf("peak RSS under the load %d MiB", peakRSS(t, pid)>>20)
 
