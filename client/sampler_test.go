@@ -53,6 +53,23 @@ func startServer(t *testing.T, tables ...server.TableConfig) *servertest.Server 
 	return servertest.Start(t, server.Config{Tables: tables})
 }
 
+// waitPending waits up to 5 s for the server to hold want sample requests
+// pending on table.
+func waitPending(t *testing.T, srv *servertest.Server, table string, want int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, pending, _ := srv.Pending(table)
+		if pending == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sample requests pending on the server, want %d", pending, want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func dial(t *testing.T, addr string, opts ...client.Option) *client.Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -662,17 +679,7 @@ func TestSamplerCloseWhileBlocked(t *testing.T) {
 		t.Fatal("blocked Next did not return after Close")
 	}
 	// The server dropped the stream's pending sample request.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		_, pending, _ := srv.Pending("queue")
-		if pending == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d sample requests still pending on the server", pending)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitPending(t, srv, "queue", 0)
 }
 
 func TestSamplerClientClosed(t *testing.T) {
@@ -1087,25 +1094,12 @@ func TestSamplerTerminalErrorDrainsRequestInFlight(t *testing.T) {
 	srv := startServer(t, server.QueueTable("queue", 10))
 	c := dial(t, srv.Addr)
 	s := newSampler(t, c, client.SamplerOptions{Table: "queue", NumWorkers: 2, MaxInFlightSamplesPerWorker: 1})
-	waitPending := func(want int) {
-		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			if _, pending, _ := srv.Pending("queue"); pending == want {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the server never had %d sample requests pending", want)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
-	waitPending(2) // both workers wait on the empty queue
+	waitPending(t, srv, "queue", 2) // both workers wait on the empty queue
 
 	corrupt := chunk(t, client.Vector([]float32{1, 2, 3}))
 	corrupt.Data.Tensors[0].TensorContent = []byte("not snappy")
 	insert(t, srv.Client, []*reverbpb.ChunkData{corrupt}, item("queue", 1, column(false, slice(corrupt, 0, 0, 3))))
-	waitPending(1)                    // one worker took the malformed item
+	waitPending(t, srv, "queue", 1)   // one worker took the malformed item
 	time.Sleep(50 * time.Millisecond) // and has failed on it by now
 	keys := insertScalars(t, srv.Client, "queue", 7)
 
@@ -1139,17 +1133,7 @@ func TestSamplerTerminalErrorDrainIsBounded(t *testing.T) {
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("the error came after %v", d)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		_, pending, _ := srv.Pending("queue")
-		if pending == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d sample requests still pending on the server", pending)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitPending(t, srv, "queue", 0)
 }
 
 // TestSamplerTerminalErrorSlowConsumerLargeSamples: a worker's request
