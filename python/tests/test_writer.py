@@ -439,6 +439,15 @@ def test_dropped_writers_are_collected(client, reset):
       range(30))
 
 
+def _wait_closed(core, timeout=10):
+  """Waits for a released writer's core to close (its release carries on
+  in a thread of its own)."""
+  deadline = time.monotonic() + timeout
+  while not core._closed and time.monotonic() < deadline:  # pylint: disable=protected-access
+    time.sleep(0.05)
+  assert core._closed  # pylint: disable=protected-access
+
+
 def test_release_where_it_cannot_wait_carries_on_in_a_thread(client, reset):
   # A collection runs the release wherever it happens, possibly on a
   # thread inside the writer's own lock: there it must not wait for the
@@ -453,10 +462,7 @@ def test_release_where_it_cannot_wait_carries_on_in_a_thread(client, reset):
     w._release()  # pylint: disable=protected-access
     assert time.monotonic() - start < 5
     assert not core._closed  # pylint: disable=protected-access
-  deadline = time.monotonic() + 10
-  while not core._closed and time.monotonic() < deadline:  # pylint: disable=protected-access
-    time.sleep(0.05)
-  assert core._closed  # pylint: disable=protected-access
+  _wait_closed(core)
   assert [int(d[0]) for d in _sample(client, 'queue', 1)] == [7]
 
 
@@ -485,10 +491,7 @@ def test_release_off_the_owner_thread_does_not_wait(client, reset):
   fut.add_done_callback(lambda _: (release(), done.set()))
   assert done.wait(20)
   assert took and took[0] < 1, took
-  deadline = time.monotonic() + 10
-  while not core._closed and time.monotonic() < deadline:  # pylint: disable=protected-access
-    time.sleep(0.05)
-  assert core._closed  # pylint: disable=protected-access
+  _wait_closed(core)
   assert [int(d[0]) for d in _sample(client, 'queue', 1)] == [9]
 
 
