@@ -649,10 +649,8 @@ func (c *conn) streamErrorLocked(id uint32, code http2.ErrCode, reason string) e
 // windows at most, whatever the size of the messages (under mu).
 func (c *conn) maybeReturn(s *stream) {
 	w := int64(c.opts.StreamWindow)
-	if s.unacked < w/4 || s.recvDone || s.closed {
-		return
-	}
-	if held := s.queuedBytes + s.partial; held >= w && (!s.waiting || s.queuedBytes >= w) {
+	if s.unacked < w/4 || s.recvDone || s.closed || s.queuedBytes >= w ||
+		(!s.waiting && s.queuedBytes+s.partial >= w) {
 		return
 	}
 	c.windowUpdate(s.id, s.unacked)
