@@ -1,5 +1,5 @@
 # Thin wrappers; the logic lives in scripts/. CI runs `make test` (.ci/run).
-.PHONY: build serve test check gotest s3test genproto genproto-check fuzz bench-table bench-selector clean conformance bench bench-quick
+.PHONY: build serve test check gotest s3test gcstest genproto genproto-check fuzz bench-table bench-selector clean conformance bench bench-quick
 
 build:
 	go build -o .bin/reverie ./cmd/reverie
@@ -21,6 +21,11 @@ gotest:
 # The remote snapshot tests against MinIO on loopback (installs it into .bin/).
 s3test:
 	scripts/test-s3.sh
+
+# The gs:// snapshot tests against fake-gcs-server on loopback (installs it
+# into .bin/), in binaries built with -tags gcs.
+gcstest:
+	scripts/test-gcs.sh
 
 genproto:
 	scripts/genproto.sh

@@ -38,6 +38,9 @@ go test -race -count=1 -cpu 1,4 -timeout 15m ./...
 step "remote snapshots against a real S3 server: MinIO on loopback (scripts/test-s3.sh)"
 scripts/test-s3.sh
 
+step "remote snapshots to gs:// against fake-gcs-server on loopback (scripts/test-gcs.sh)"
+scripts/test-gcs.sh
+
 step "acceptance: a 2 GiB checkpoint under load, restored whole (TestCheckpointLarge, alone on the machine)"
 # About 3 minutes and 7 GiB of RAM: the p99 of a mixed load during the
 # checkpoint must stay within twice the p99 before it, on the mean of 3

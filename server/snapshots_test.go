@@ -27,6 +27,10 @@ import (
 // scripts/minio.sh and internal/remote's tests).
 const s3URLEnv = "REVERIE_TEST_S3_URL"
 
+// gcsURLEnv points the gs:// tests at a server speaking GCS's JSON API
+// (see scripts/fake-gcs.sh); the test binary needs -tags gcs.
+const gcsURLEnv = "REVERIE_TEST_GCS_URL"
+
 // fileBucket returns the URL of a new file:// bucket and its directory.
 func fileBucket(t *testing.T) (string, string) {
 	dir := t.TempDir()
@@ -40,6 +44,21 @@ func s3Bucket(t *testing.T) string {
 	if raw == "" {
 		t.Skipf("%s is not set (scripts/minio.sh starts a server)", s3URLEnv)
 	}
+	return withTestPrefix(t, raw)
+}
+
+// gcsBucket returns a fresh prefix of the gs:// bucket that gcsURLEnv
+// names, skipping the test if it is not set.
+func gcsBucket(t *testing.T) string {
+	raw := os.Getenv(gcsURLEnv)
+	if raw == "" {
+		t.Skipf("%s is not set (scripts/fake-gcs.sh starts a server)", gcsURLEnv)
+	}
+	return withTestPrefix(t, raw)
+}
+
+// withTestPrefix adds a prefix unique to the test to a bucket URL.
+func withTestPrefix(t *testing.T, raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		t.Fatal(err)
@@ -91,6 +110,10 @@ func TestSnapshotsFile(t *testing.T) {
 // TestSnapshotsS3 is TestSnapshotsFile against an S3-compatible server.
 func TestSnapshotsS3(t *testing.T) {
 	testSnapshotRoundTrip(t, s3Bucket(t))
+}
+
+func TestSnapshotsGCS(t *testing.T) {
+	testSnapshotRoundTrip(t, gcsBucket(t))
 }
 
 // testSnapshotRoundTrip checks that Checkpoint uploads before it answers,

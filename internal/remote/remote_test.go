@@ -36,6 +36,12 @@ func TestMain(m *testing.M) {
 // scripts/minio.sh starts one and prints it.
 const S3URLEnv = "REVERIE_TEST_S3_URL"
 
+// GCSURLEnv names the environment variable that points the GCS tests at a
+// server speaking Google Cloud Storage's JSON API: a URL such as
+// "gs://bucket", with STORAGE_EMULATOR_HOST naming the server.
+// scripts/fake-gcs.sh starts one (fake-gcs-server) and prints both.
+const GCSURLEnv = "REVERIE_TEST_GCS_URL"
+
 func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
@@ -132,6 +138,24 @@ func TestS3(t *testing.T) {
 	raw := os.Getenv(S3URLEnv)
 	if raw == "" {
 		t.Skipf("%s is not set (scripts/minio.sh starts a server)", S3URLEnv)
+	}
+	for _, tt := range suite {
+		t.Run(tt.name, func(t *testing.T) { tt.f(t, openT(t, withPrefix(t, raw))) })
+	}
+}
+
+// TestGCS runs the suite against a server speaking GCS's JSON API, each
+// test under a fresh prefix of the bucket that GCSURLEnv names. It is
+// skipped when the variable is not set, and fails when it is set in a
+// binary built without the gs:// driver (-tags gcs); scripts/test-gcs.sh
+// sets it, builds with the tag and fails on a skip.
+func TestGCS(t *testing.T) {
+	raw := os.Getenv(GCSURLEnv)
+	if raw == "" {
+		t.Skipf("%s is not set (scripts/fake-gcs.sh starts a server)", GCSURLEnv)
+	}
+	if !gcsLinked {
+		t.Fatalf("%s is set, but this test binary has no gs:// driver: build with -tags gcs", GCSURLEnv)
 	}
 	for _, tt := range suite {
 		t.Run(tt.name, func(t *testing.T) { tt.f(t, openT(t, withPrefix(t, raw))) })
