@@ -136,6 +136,10 @@ type insertWaiter struct {
 }
 
 type sampleWaiter struct {
+	// ctx is the caller's: a waiter whose caller has gone is not served,
+	// since what sampling changes (times_sampled, the rate limiter, a
+	// delete at max_times_sampled) would be spent on samples nobody reads.
+	ctx  context.Context
 	want int
 	out  []Sampled
 	done chan struct{}
@@ -319,7 +323,7 @@ func (t *Table) SampleInto(ctx context.Context, dst []Sampled, n int, timeout ti
 		t.mu.Unlock()
 		return nil, ErrRateLimiterTimeout
 	}
-	w := &sampleWaiter{want: n, out: dst[:0], done: make(chan struct{})}
+	w := &sampleWaiter{ctx: ctx, want: n, out: dst[:0], done: make(chan struct{})}
 	t.mu.samples.push(w)
 	t.mu.Unlock()
 	defer t.sampleWaits.since(time.Now())
@@ -333,7 +337,7 @@ func (t *Table) SampleInto(ctx context.Context, dst []Sampled, n int, timeout ti
 	var err error
 	select {
 	case <-w.done:
-		return w.out, w.err
+		return w.result()
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-expired:
@@ -344,9 +348,16 @@ func (t *Table) SampleInto(ctx context.Context, dst []Sampled, n int, timeout ti
 	if t.mu.samples.remove(w) {
 		return nil, err
 	}
-	// Served while we were giving up: the samples were taken, so return
+	// Answered while we were giving up. If the samples were taken, return
 	// them rather than lose their side effects.
-	return w.out, w.err
+	return w.result()
+}
+
+func (w *sampleWaiter) result() ([]Sampled, error) {
+	if w.err != nil {
+		return nil, w.err
+	}
+	return w.out, nil
 }
 
 // drawAheadMin is the smallest batch drawAheadLocked draws ahead for, and
@@ -563,7 +574,14 @@ func (t *Table) pumpLocked() {
 			close(w.done)
 			progressed = true
 		}
-		if w, ok := t.mu.samples.peek(); ok {
+		if w, ok := t.mu.samples.peek(); ok && w.ctx.Err() != nil {
+			// Its caller has gone and will find it answered with the
+			// context's error; serve the waiters behind it.
+			t.mu.samples.pop()
+			w.err = w.ctx.Err()
+			close(w.done)
+			progressed = true
+		} else if ok {
 			w.out = t.sampleLocked(w.out, w.want, true)
 			if len(w.out) > 0 {
 				t.mu.samples.pop()

@@ -627,3 +627,48 @@ func TestResetReportedBeforeChunksGo(t *testing.T) {
 	}
 	f.checkNoChunks()
 }
+
+// A waiting sampler whose caller has gone is not served by a later
+// insert, even when the insert comes before the sampler's goroutine has
+// woken to withdraw: on a queue the item would be consumed for nobody.
+// The waiter behind it gets the item instead.
+func TestCancelledSamplerIsNotServed(t *testing.T) {
+	for i := range 50 {
+		f := newFixture(t, fifo, fifo, 10, 1, ratelimit.Queue(10))
+		gone, cancel := context.WithCancel(context.Background())
+		type result struct {
+			out []Sampled
+			err error
+		}
+		first, second := make(chan result, 1), make(chan result, 1)
+		go func() {
+			out, err := f.table.Sample(gone, 1, -1)
+			first <- result{out, err}
+		}()
+		for f.table.Info().PendingSamples < 1 {
+			time.Sleep(10 * time.Microsecond)
+		}
+		go func() {
+			out, err := f.table.Sample(context.Background(), 1, 10*time.Second)
+			second <- result{out, err}
+		}()
+		for f.table.Info().PendingSamples < 2 {
+			time.Sleep(10 * time.Microsecond)
+		}
+		cancel()
+		f.insert(uint64(i+1), 1)
+
+		r := <-first
+		if r.err != context.Canceled || r.out != nil {
+			t.Fatalf("round %d: the cancelled sampler got %v, %v; want nil, context.Canceled", i, keys(r.out), r.err)
+		}
+		r = <-second
+		if r.err != nil || len(r.out) != 1 || r.out[0].Item.Key != uint64(i+1) {
+			t.Fatalf("round %d: the sampler behind it got %v, %v; want the item", i, keys(r.out), r.err)
+		}
+		for j := range r.out {
+			r.out[j].Unpin()
+		}
+		f.table.Close()
+	}
+}
