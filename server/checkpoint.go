@@ -170,7 +170,7 @@ func (s *Server) writeCheckpoint(ctx context.Context) (string, error) {
 		return "", err
 	}
 	var items, chunkBytes int64
-	pace := newPacer(s.cfg.checkpointRate())
+	pace := newPacer(ctx, s.cfg.checkpointRate())
 	var cs table.SnapshotStats // summed over the tables; MaxHold is the max
 	var keys []uint64          // scratch: an item's chunk keys
 	var itemEnc []byte         // scratch: an item's encoding
@@ -199,6 +199,10 @@ func (s *Server) writeCheckpoint(ctx context.Context) (string, error) {
 					w.ChunkEncoded(c.Key(), enc) // as received: no re-encoding
 					chunkBytes += int64(c.Size())
 					pace.wrote(c.Size())
+					if ctx.Err() != nil { // the pacer's sleep ends early then
+						w.Abort()
+						return "", fmt.Errorf("checkpoint abandoned: %w", errShuttingDown)
+					}
 				}
 			}
 			keys = keys[:0]
@@ -538,8 +542,18 @@ const (
 	pacerMaxLag = 2 * time.Millisecond
 )
 
-func newPacer(rate int64) *pacer {
-	return &pacer{rate: float64(rate), start: time.Now(), now: time.Now, sleep: time.Sleep}
+// newPacer returns a pacer whose sleeps end early when ctx is done, so
+// that a server closing does not wait for a slow rate's sleep.
+func newPacer(ctx context.Context, rate int64) *pacer {
+	sleep := func(d time.Duration) {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	}
+	return &pacer{rate: float64(rate), start: time.Now(), now: time.Now, sleep: sleep}
 }
 
 func (p *pacer) wrote(n int) {

@@ -399,6 +399,40 @@ func TestCheckpointAbandonedOnClose(t *testing.T) {
 	wantCode(t, err, codes.Unavailable)
 }
 
+// TestCheckpointAbandonedOnCloseWhilePaced: Close does not wait out a
+// paced checkpoint's sleep. At 1 KiB/s the writer sleeps about 10 s after
+// its first 10 kB chunk.
+func TestCheckpointAbandonedOnCloseWhilePaced(t *testing.T) {
+	dir := t.TempDir()
+	cfg := ckptConfig(dir, ckptTables()...)
+	cfg.CheckpointWriteRate = 1 << 10
+	a := servertest.Start(t, cfg)
+	fill(t, a.Client, 20, 2500)
+	paused := make(chan struct{})
+	var once sync.Once
+	server.SetCheckpointHook(a.Server, func(stage, _ string) {
+		if stage == "captured" {
+			once.Do(func() { close(paused) })
+		}
+	})
+	errc := make(chan error, 1)
+	go func() { // in process: Close hangs up on clients before answering
+		_, err := a.Server.Checkpoint(context.Background(), &reverbpb.CheckpointRequest{})
+		errc <- err
+	}()
+	<-paused
+	time.Sleep(300 * time.Millisecond) // into the pacer's first sleep
+	start := time.Now()
+	a.Server.Close()
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Close took %v: it waited for the checkpoint's pacing", d)
+	}
+	wantCode(t, <-errc, codes.Unavailable, "abandoned")
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Fatalf("abandoned checkpoint left %v", ents)
+	}
+}
+
 func TestRestoreRefusesUnknownTable(t *testing.T) {
 	dir := t.TempDir()
 	a := servertest.Start(t, ckptConfig(dir, ckptTables()...))

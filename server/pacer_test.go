@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -25,7 +26,7 @@ func at(n, rate int64) time.Duration {
 
 func testPacer(rate int64) (*pacer, *fakeClock) {
 	c := &fakeClock{t: time.Unix(1000, 0)}
-	p := newPacer(rate)
+	p := newPacer(context.Background(), rate)
 	p.start, p.now, p.sleep = c.t, c.now, c.sleep
 	return p, c
 }
