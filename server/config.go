@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/reverie-rl/reverie/api/tensorflowpb"
@@ -309,7 +311,53 @@ func (c *Config) Validate() error {
 	if err := c.Storage.validate(); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
+	if err := c.checkSpillDir(); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	}
 	return nil
+}
+
+// checkSpillDir refuses a spill directory that is, or holds, the checkpoint
+// or log directory. The spill area is scratch, wiped at every start; only
+// what the spill makes is removed, but a layout that mixes it with
+// durable data is one mistake away from losing that data.
+func (c *Config) checkSpillDir() error {
+	if !c.Storage.tiered() || c.Storage.Dir == "" {
+		return nil
+	}
+	spill := resolvedDir(c.Storage.Dir)
+	for _, d := range []struct{ field, dir string }{
+		{"checkpoint_dir", c.CheckpointDir},
+		{"wal.dir", c.WAL.Dir},
+	} {
+		if d.dir == "" {
+			continue
+		}
+		if other := resolvedDir(d.dir); other == spill || strings.HasPrefix(other, spill+string(filepath.Separator)) {
+			return fmt.Errorf("storage.dir: %q is or holds %s %q; the spill area is scratch, wiped at every start: give it a directory of its own", c.Storage.Dir, d.field, d.dir)
+		}
+	}
+	return nil
+}
+
+// resolvedDir is dir made absolute and clean, with symbolic links resolved
+// as far as the directory exists.
+func resolvedDir(dir string) string {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return filepath.Clean(dir)
+	}
+	// Resolve the longest part that exists, and keep the rest as written.
+	rest := ""
+	for p := abs; ; p = filepath.Dir(p) {
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			return filepath.Join(r, rest)
+		}
+		if filepath.Dir(p) == p {
+			return abs
+		}
+		rest = filepath.Join(filepath.Base(p), rest)
+	}
 }
 
 func (c *Config) checkSpec(s selector.Spec) error {

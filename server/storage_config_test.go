@@ -2,6 +2,8 @@ package server
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -56,5 +58,43 @@ func TestStorageConfigValidate(t *testing.T) {
 	}
 	if got := GoMemoryLimit(DefaultConfig()); got != 0 {
 		t.Errorf("GoMemoryLimit in memory mode = %d, want 0", got)
+	}
+}
+
+// TestSpillDirOverlap: a spill directory that is, or holds, the checkpoint
+// or log directory is refused; one inside the checkpoint directory (the
+// default place) is fine.
+func TestSpillDirOverlap(t *testing.T) {
+	root := t.TempDir()
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(root, link); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		spill, ckpt, wal string
+		want             string // "" means accepted
+	}{
+		{root, root, "", `is or holds checkpoint_dir`},
+		{root, filepath.Join(root, "checkpoints"), "", `is or holds checkpoint_dir`},
+		{root + "/", filepath.Join(root, "a", "..", "checkpoints"), "", `is or holds checkpoint_dir`},
+		{link, filepath.Join(root, "checkpoints"), "", `is or holds checkpoint_dir`},
+		{filepath.Join(root, "spill"), filepath.Join(root, "ckpt"), filepath.Join(root, "spill", "wal"), `is or holds wal.dir`},
+		{filepath.Join(root, "ckpt", "spill"), filepath.Join(root, "ckpt"), "", ""},
+		{filepath.Join(root, "spill"), filepath.Join(root, "spill2"), "", ""},
+	}
+	for _, tt := range cases {
+		cfg := DefaultConfig()
+		cfg.CheckpointDir = tt.ckpt
+		cfg.Storage = StorageConfig{Mode: StorageHybrid, MemoryLimitBytes: 1 << 20, Dir: tt.spill}
+		if tt.wal != "" {
+			cfg.WAL = WALConfig{Fsync: "always", Dir: tt.wal}
+		}
+		err := cfg.Validate()
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("spill %s, checkpoints %s: %v", tt.spill, tt.ckpt, err)
+		case tt.want != "" && (!errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), tt.want)):
+			t.Errorf("spill %s, checkpoints %s, log %s: got %v, want %q", tt.spill, tt.ckpt, tt.wal, err, tt.want)
+		}
 	}
 }

@@ -179,24 +179,26 @@ func checkDir(dir string) error {
 	return nil
 }
 
-// wipe empties dir, a spill directory whose lock the caller holds, but for
-// the lock file and the marker, which open writes again: a crash in the
-// middle must not leave files without the marker, which the next Open
-// would refuse to wipe.
+// wipe removes what a Store makes in dir (pebble's directory), a spill
+// directory whose lock the caller holds. Nothing else is touched: the lock
+// file and the marker, which open writes again (a crash in the middle
+// must not leave pebble's files without the marker, which the next Open
+// would refuse to wipe), and any other file, which a Store did not make. A
+// spill directory configured above a checkpoint or log directory would
+// otherwise take them with it (the server's config refuses that too).
 func wipe(dir string) error { return wipeExcept(dir, "") }
+
+// ownedEntries are the entries of a spill directory that wipe removes.
+var ownedEntries = []string{"pebble"}
 
 // wipeExcept is wipe, which also keeps the entry named keep (for tests: a
 // wipe that a crash cut short).
 func wipeExcept(dir, keep string) error {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return fmt.Errorf("diskstore: %w", err)
-	}
-	for _, e := range ents {
-		if n := e.Name(); n == lockFile || n == MarkerFile || n == keep {
+	for _, n := range ownedEntries {
+		if n == keep {
 			continue
 		}
-		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+		if err := os.RemoveAll(filepath.Join(dir, n)); err != nil {
 			return fmt.Errorf("diskstore: wiping %s: %w", dir, err)
 		}
 	}

@@ -59,8 +59,14 @@ func TestOpenWipesOnlySpillDirs(t *testing.T) {
 	if err := s.Put(1, []byte("x")); err != nil {
 		t.Fatal(err)
 	}
-	// A crash leaves the directory as it is; the next start wipes it.
+	// A crash leaves the directory as it is; the next start wipes what
+	// the store made, and nothing else: a file someone put there, or a
+	// directory (a checkpoint directory configured inside the spill's),
+	// is not the store's to remove.
 	if err := os.WriteFile(filepath.Join(dir, "stray"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "checkpoints", "2026-01-01T00:00:00Z"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := Open(dir, Options{}); !errors.Is(err, ErrLocked) {
@@ -78,8 +84,16 @@ func TestOpenWipesOnlySpillDirs(t *testing.T) {
 	if n, err := s2.Len(); n != 0 || err != nil {
 		t.Fatalf("reopened spill holds %d values (%v)", n, err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "stray")); !errors.Is(err, os.ErrNotExist) {
-		t.Fatal("stray file survived the wipe")
+	for _, name := range []string{"stray", filepath.Join("checkpoints", "2026-01-01T00:00:00Z")} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			t.Fatalf("the wipe removed %s, which the store did not make: %v", name, err)
+		}
+	}
+	s2.Close()
+	for _, name := range []string{"stray", filepath.Join("checkpoints", "2026-01-01T00:00:00Z")} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			t.Fatalf("Close removed %s, which the store did not make: %v", name, err)
+		}
 	}
 
 	other := t.TempDir()
