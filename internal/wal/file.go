@@ -31,10 +31,12 @@ const segmentHeaderSize = len(magic) + 4 + 8
 // frameHeaderSize is a record's payload length and CRC-32C.
 const frameHeaderSize = 8
 
-// maxPayload bounds a record's payload, so that a damaged length cannot
-// make the reader allocate without bound. Chunks of a Reverb insert are
-// far smaller.
-const maxPayload = 1 << 30
+// maxPayload bounds a record's payload, so that a damaged length is
+// caught as one. It is above the largest gRPC message the server takes
+// (2^31-1 bytes) and the few bytes a record adds, so that every chunk or
+// item the server accepts can be logged: a record the log refused would
+// stop the log for every client.
+const maxPayload int64 = 1<<31 + 1<<20
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -281,7 +283,7 @@ func appendRecord(b []byte, lsn uint64, e *entry) ([]byte, error) {
 		return b[:start], err
 	}
 	payload := b[start+frameHeaderSize:]
-	if len(payload) > maxPayload {
+	if int64(len(payload)) > maxPayload {
 		return b[:start], fmt.Errorf("record of %d bytes is over the %d-byte limit", len(payload), maxPayload)
 	}
 	binary.LittleEndian.PutUint32(b[start:], uint32(len(payload)))
@@ -536,14 +538,15 @@ func readSegment(sf segmentFile, last bool) ([]Record, int64, error) {
 			}
 			return nil, 0, bad(off, "record header cut short")
 		}
-		n := int(binary.LittleEndian.Uint32(data[off:]))
+		n64 := int64(binary.LittleEndian.Uint32(data[off:]))
 		sum := binary.LittleEndian.Uint32(data[off+4:])
-		if n > maxPayload {
-			if last && off+frameHeaderSize+n > len(data) {
+		if n64 > maxPayload {
+			if last && int64(off+frameHeaderSize)+n64 > int64(len(data)) {
 				return recs, int64(rest), nil
 			}
-			return nil, 0, bad(off, "record length %d is over the limit", n)
+			return nil, 0, bad(off, "record length %d is over the limit", n64)
 		}
+		n := int(n64)
 		end := off + frameHeaderSize + n
 		if end > len(data) {
 			if last {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -546,5 +547,20 @@ func TestWaitDuringClose(t *testing.T) {
 				t.Fatalf("the log kept %d chunk references", store.Len())
 			}
 		})
+	}
+}
+
+// TestEveryAcceptedMessageFits: the log takes a record for any chunk or
+// item the server accepts, whose gRPC message may be up to 2^31-1 bytes;
+// a record over the limit would stop the log for every client. (A chunk
+// of 1 GiB + 27 bytes stopped it when the limit was 1 GiB; checked by
+// hand, since a test that logs one needs gigabytes.)
+func TestEveryAcceptedMessageFits(t *testing.T) {
+	const recordOverhead = 1 << 10 // LSN, op, table name, key: far less
+	if maxPayload < math.MaxInt32+recordOverhead {
+		t.Fatalf("maxPayload %d is under the largest message the server takes (%d) and a record's overhead", maxPayload, math.MaxInt32)
+	}
+	if maxPayload >= 1<<32 {
+		t.Fatalf("maxPayload %d does not fit a record's 32-bit length", maxPayload)
 	}
 }
