@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/reverie-rl/reverie/api/reverbpb"
@@ -170,6 +171,24 @@ func TestDurableRecovery(t *testing.T) {
 	}
 }
 
+// TestDurableLogIsLocked: a second server on a log another one is using
+// fails to start, and leaves the first one's log whole; once the first
+// has closed, it starts and recovers everything.
+func TestDurableLogIsLocked(t *testing.T) {
+	dir := t.TempDir()
+	a := servertest.Start(t, durableConfig(dir, "always"))
+	q1, c1 := churn(t, a.Client, 1)
+	_, err := server.New(durableConfig(dir, "always"))
+	if !errors.Is(err, server.ErrInvalidConfig) || !errors.Is(err, wal.ErrLocked) || !strings.Contains(err.Error(), "wal.dir") {
+		t.Fatalf("second server on the same log: %v; want an error naming wal.dir", err)
+	}
+	q2, c2 := churn(t, a.Client, 2)
+	want := capture(t, a, append(q1, q2...), append(c1, c2...))
+	closeAndCount(a, &want)
+	b := servertest.Start(t, durableConfig(dir, "always"))
+	sameState(t, b, want)
+}
+
 // TestDurableRecoveryFromLogOnly recovers a server that never took a
 // checkpoint: everything comes from the log.
 func TestDurableRecoveryFromLogOnly(t *testing.T) {
@@ -197,7 +216,9 @@ func TestDurableLogIsCut(t *testing.T) {
 		}
 		var names []string
 		for _, e := range ents {
-			names = append(names, e.Name())
+			if e.Name() != wal.LockFile {
+				names = append(names, e.Name())
+			}
 		}
 		return names
 	}
@@ -228,11 +249,11 @@ func TestDurableCorruptLog(t *testing.T) {
 		churn(t, a.Client, 1)
 		before := serverInfo(t, a.Client)
 		a.Close()
-		ents, err := os.ReadDir(filepath.Join(dir, "wal"))
-		if err != nil || len(ents) != 1 {
-			t.Fatalf("wal dir: %v %v", ents, err)
+		segs, err := filepath.Glob(filepath.Join(dir, "wal", "*.wal"))
+		if err != nil || len(segs) != 1 {
+			t.Fatalf("wal segments: %v %v", segs, err)
 		}
-		return dir, filepath.Join(dir, "wal", ents[0].Name()), before
+		return dir, segs[0], before
 	}
 	t.Run("torn tail", func(t *testing.T) {
 		dir, seg, _ := setup(t)

@@ -167,13 +167,24 @@ func New(cfg Config) (*Server, error) {
 		st.close()
 		return nil, err
 	}
+	if s.wal != nil {
+		// Before the restore: a second server on the same log would
+		// replay it, then cut and write over the first one's.
+		if err := s.wal.Lock(); err != nil {
+			s.closeRemote()
+			s.closeStorage()
+			return nil, fmt.Errorf("%w: wal.dir: %w", ErrInvalidConfig, err)
+		}
+	}
 	mark, err := s.restoreAtStart()
 	if err != nil {
+		s.closeWAL()
 		s.closeRemote()
 		s.closeStorage()
 		return nil, err
 	}
 	if err := s.recoverWAL(mark); err != nil {
+		s.closeWAL()
 		s.closeRemote()
 		s.closeStorage()
 		return nil, fmt.Errorf("%w: %w", ErrRestore, err)

@@ -22,12 +22,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/reverie-rl/reverie/internal/chunkstore"
 	"github.com/reverie-rl/reverie/internal/table"
 )
@@ -198,6 +201,8 @@ type Log struct {
 	// each fsync.
 	testHookSync func()
 
+	lock io.Closer // from Lock; released by Close
+
 	// Owned by the writer goroutine.
 	seg     *segment
 	buf     []byte
@@ -235,6 +240,30 @@ func (l *Log) SizeTrigger() int64 { return l.opts.SizeTrigger }
 
 // Dir is the log's directory.
 func (l *Log) Dir() string { return l.opts.Dir }
+
+// LockFile names the file in the log's directory that a Log holds locked
+// from Lock to Close, so that a second server pointed at the same
+// directory fails to start rather than replay, cut and overwrite the
+// first one's log.
+const LockFile = "LOCK"
+
+// ErrLocked is returned by Lock when another Log, in this process or
+// another, holds the directory.
+var ErrLocked = errors.New("wal: directory is in use by another server")
+
+// Lock creates the log's directory if needed and locks it until Close. A
+// server takes it before it replays the log.
+func (l *Log) Lock() error {
+	if err := mkdirDurable(l.opts.Dir); err != nil {
+		return err
+	}
+	lock, err := vfs.Default.Lock(filepath.Join(l.opts.Dir, LockFile))
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrLocked, l.opts.Dir, err)
+	}
+	l.lock = lock
+	return nil
+}
 
 // Start opens a new segment after last, the LSN of the last record the
 // server holds the effect of (from its checkpoint and Replay), and starts
@@ -361,11 +390,20 @@ func (l *Log) Close() error {
 	l.mu.Unlock()
 	if !started {
 		close(l.done)
-		return nil
+		return l.unlock()
 	}
 	l.poke()
 	<-l.done
-	return l.Err()
+	return errors.Join(l.Err(), l.unlock())
+}
+
+func (l *Log) unlock() error {
+	if l.lock == nil {
+		return nil
+	}
+	err := l.lock.Close()
+	l.lock = nil
+	return err
 }
 
 func (l *Log) poke() {
