@@ -120,6 +120,31 @@ func (s *segment) close() error {
 }
 
 // allZero reports whether every byte of b is zero.
+// sectorSize is the unit a disk writes whole, or not at all.
+const sectorSize = 512
+
+// tornWrite reports whether a damaged frame at data[off:end], in the last
+// segment, is what a crash during a write leaves rather than damage to
+// data that was on disk: nothing but zeros follows it, or it holds a whole
+// sector of zeros (a sector that never reached the disk, where a later
+// one did, as writeback may order them), or its header is zeros. Records
+// from there on were written after the last fsync, so under fsync always
+// none was acknowledged. etcd's log reads a torn write the same way.
+func tornWrite(data []byte, off, end int) bool {
+	if end == len(data) || allZero(data[end:]) {
+		return true
+	}
+	if allZero(data[off : off+frameHeaderSize]) {
+		return true
+	}
+	for s := (off + sectorSize - 1) / sectorSize * sectorSize; s+sectorSize <= end; s += sectorSize {
+		if allZero(data[s : s+sectorSize]) {
+			return true
+		}
+	}
+	return false
+}
+
 func allZero(b []byte) bool {
 	for _, c := range b {
 		if c != 0 {
@@ -555,9 +580,14 @@ func readSegment(sf segmentFile, last bool) ([]Record, int64, error) {
 			return nil, 0, bad(off, "record of %d bytes runs past the end of the file", n)
 		}
 		payload := data[off+frameHeaderSize : end]
-		if crc32.Checksum(payload, castagnoli) != sum {
-			if last && end == len(data) {
+		if n == 0 || crc32.Checksum(payload, castagnoli) != sum {
+			// (No record is empty: an LSN is at least 1. A zeroed
+			// header reads as an empty record whose checksum matches.)
+			if last && tornWrite(data, off, end) {
 				return recs, int64(rest), nil
+			}
+			if n == 0 {
+				return nil, 0, bad(off, "record of 0 bytes")
 			}
 			return nil, 0, bad(off, "record checksum mismatch")
 		}
