@@ -8,6 +8,7 @@ import (
 	mathrand "math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -682,5 +683,41 @@ func TestTornWriteInLastSegment(t *testing.T) {
 	}
 	if _, err := Replay(dir, 0, func(*Record) error { return nil }); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("a zeroed sector in the first of %d segments: %v, want ErrCorrupt", len(segs), err)
+	}
+}
+
+// TestMarkDropsALargeLoggedMap: the map of chunks logged since the last
+// mark gives its memory back at the next mark when it grew large.
+func TestMarkDropsALargeLoggedMap(t *testing.T) {
+	l, err := New(Options{Dir: t.TempDir(), Sync: SyncNever})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Start(0); err != nil {
+		t.Fatal(err)
+	}
+	store := chunkstore.New()
+	ext := l.Extension("t")
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	const n = 300_000
+	for k := uint64(1); k <= n; k++ {
+		it := newItem(store, k)
+		ext.OnInsert(it)
+		ext.OnDelete(it)
+		it.Chunks[0].Unref()
+	}
+	closeEmpty(t, l, store)
+	during := heap()
+	l.Mark()
+	after := heap()
+	runtime.KeepAlive(l) // else the collector takes the whole log
+	// 300,000 entries take about 10 MiB.
+	if during < after+6<<20 {
+		t.Fatalf("heap %d MiB before the mark, %d MiB after: the map kept its memory", during>>20, after>>20)
 	}
 }
