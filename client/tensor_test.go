@@ -38,7 +38,7 @@ func TestDTypeSize(t *testing.T) {
 			t.Errorf("DTypeSize(%v) = %d, %v; want %d, %v", c.dt, size, ok, c.size, c.ok)
 		}
 	}
-	// The enum values PROTOCOL.md §1.4 lists.
+	// The enum values of TensorFlow's DataType that Reverb chunks carry.
 	want := map[DType]int32{DTFloat: 1, DTDouble: 2, DTInt32: 3, DTUint8: 4, DTInt16: 5, DTInt8: 6,
 		DTString: 7, DTComplex64: 8, DTInt64: 9, DTBool: 10, DTBFloat16: 14, DTUint16: 17,
 		DTComplex128: 18, DTHalf: 19, DTUint32: 22, DTUint64: 23}

@@ -108,7 +108,7 @@ func wtSampleN(t *testing.T, rpc reverbpb.ReverbServiceClient, table string, n i
 	return out
 }
 
-// wtDecode assembles a sample's columns from its chunks (PROTOCOL 2.5).
+// wtDecode assembles a sample's columns from its chunks (Reverb's chunk layout).
 func wtDecode(t *testing.T, s *wtSample) []client.Tensor {
 	t.Helper()
 	decoded := make(map[uint64][]client.Tensor)

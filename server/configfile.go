@@ -447,7 +447,7 @@ func checkSPI(spi float64) string {
 // clients can flatten: tensor_spec_value and bounded_tensor_spec_value
 // leaves inside list_value, tuple_value, dict_value and named_tuple_value.
 // Any other kind, including a present-but-empty value, makes every client
-// of the server fail (PROTOCOL 1.4). It returns the failing field relative
+// of the server fail (Reverb's clients flatten it). It returns the failing field relative
 // to sv and the reason; reason is "" when the signature is fine.
 func checkSignature(sv *tensorflowpb.StructuredValue) (field, reason string) {
 	switch k := sv.GetKind().(type) {

@@ -168,7 +168,7 @@ func runBench(args []string) int {
 	var cfg benchConfig
 	cfg.addFlags(fs)
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return parseStatus(err)
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "reverie bench: unexpected arguments %q\n", fs.Args())

@@ -26,7 +26,7 @@ func runInfo(args []string) int {
 	var conn connflags.Flags
 	conn.Register(fs)
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return parseStatus(err)
 	}
 	opts, err := conn.Options()
 	if err != nil {

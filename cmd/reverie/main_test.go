@@ -978,15 +978,31 @@ wait:
 	}()
 	cmd.Wait()
 
-	for _, args := range [][]string{{"--port", "-5"}, {"--memory-limit-bytes", "-5"}, {"--shutdown-timeout", "-5s"}, {"--snapshot-interval", "10ms"}} {
+	for _, args := range [][]string{{"--port", "-5"}, {"--port", "-1"}, {"--port", "65536"}, {"--memory-limit-bytes", "-5"}, {"--shutdown-timeout", "-5s"}, {"--snapshot-interval", "10ms"}} {
 		out, err := exec.Command(binary, append([]string{"serve"}, args...)...).CombinedOutput()
 		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), args[0]+": ") {
 			t.Errorf("%v: %v\n%s", args, err, out)
 		}
 	}
+	// -h prints the usage and succeeds, with no sentinel defaults.
+	for _, cmdName := range []string{"serve", "info", "bench"} {
+		out, err := exec.Command(binary, cmdName, "-h").CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "Usage of reverie "+cmdName) || strings.Contains(string(out), "(default -1)") {
+			t.Errorf("%s -h: %v\n%s", cmdName, err, out)
+		}
+	}
+	// A config with several errors: one log record each.
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("tables:\n  - {name: t, queue: 5}\nfoo: 1\nbar: 2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(binary, "serve", "--config", bad).CombinedOutput()
+	if n := strings.Count(string(out), `msg="bad config"`); err == nil || n != 2 {
+		t.Errorf("a config with two unknown keys: %v, %d records\n%s", err, n, out)
+	}
 	// A log directory without a policy: refused, not a server without a
 	// log (found by review).
-	out, err := exec.Command(binary, "serve", "--wal-dir", t.TempDir(), "--checkpoint-dir", t.TempDir()).CombinedOutput()
+	out, err = exec.Command(binary, "serve", "--wal-dir", t.TempDir(), "--checkpoint-dir", t.TempDir()).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "fsync is not") {
 		t.Errorf("--wal-dir without --wal-fsync: %v\n%s", err, out)
 	}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -19,7 +20,8 @@ import (
 func runServe(args []string) int {
 	fs := flag.NewFlagSet("reverie serve", flag.ContinueOnError)
 	configPath := fs.String("config", "", "config file: reverie YAML (.yaml, .yml) or Reverb reverb_server textproto (.textproto, .pbtxt); default: one table named \"replay\"")
-	port := fs.Int("port", -1, fmt.Sprintf("TCP port, all interfaces (overrides the config; 0 picks a free port; default %d)", server.DefaultPort))
+	var port, memoryLimit optionalInt
+	fs.Var(&port, "port", fmt.Sprintf("TCP `port`, all interfaces (overrides the config; 0 picks a free port; default %d)", server.DefaultPort))
 	listen := fs.String("listen", "", "listen address, overriding port: host:port or unix:///path/sock")
 	localListen := fs.String("local-listen", "", "also serve the same tables on this unix socket (unix:///path/sock) for clients on this machine, without TLS or tokens; the socket is made 0660 (overrides the config's local_listen)")
 	transport := fs.String("transport", "", "HTTP/2 transport serving gRPC: grpc (gRPC-Go's, the default) or own (reverie's own, experimental: less CPU per large item; docs/transport-plan.md) (overrides the config's transport and $REVERIE_TRANSPORT)")
@@ -40,7 +42,7 @@ func runServe(args []string) int {
 	snapKeep := fs.Int("snapshot-keep", 0, fmt.Sprintf("remote snapshots to keep (overrides the config's remote_snapshots.keep; default %d)", server.DefaultSnapshotKeep))
 	// Storage (overrides the config's storage block field by field).
 	storageMode := fs.String("storage-mode", "", "where chunk data lives: memory (default), hybrid (memory up to --memory-limit-bytes, then disk) or disk")
-	memoryLimit := fs.Int64("memory-limit-bytes", -1, "chunk data held in memory in hybrid and disk modes (disk mode default: 64 MiB)")
+	fs.Var(&memoryLimit, "memory-limit-bytes", "chunk data (`bytes`) held in memory in hybrid and disk modes (disk mode default: 64 MiB)")
 	storageDir := fs.String("storage-dir", "", "spill directory of hybrid and disk modes, wiped at start (default: spill/ under the checkpoint dir, else a temporary directory)")
 	// TLS and bearer tokens (docs/config.md, tls and auth).
 	tlsCert := fs.String("tls-cert", "", "serve TLS with this PEM certificate chain (with --tls-key; overrides the config's tls.cert_file)")
@@ -48,7 +50,7 @@ func runServe(args []string) int {
 	tlsClientCA := fs.String("tls-client-ca", "", "mutual TLS: require client certificates signed by these PEM CA certificates (overrides the config's tls.client_ca_file)")
 	tokenFile := fs.String("auth-token-file", "", "require the metadata \"authorization: Bearer TOKEN\" on every call but health checks, with a token from this file (one per line; overrides the config's auth.token_file)")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return parseStatus(err)
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "reverie serve: unexpected arguments %q\n", fs.Args())
@@ -63,12 +65,12 @@ func runServe(args []string) int {
 	cfg := server.DefaultConfig()
 	if *configPath != "" {
 		if cfg, err = server.LoadConfigFile(*configPath); err != nil {
-			log.Error("bad config", "err", err)
+			logBadConfig(log, err)
 			return 1
 		}
 	}
-	if *port < -1 {
-		log.Error("bad flag", "err", fmt.Sprintf("--port: must be in [0, 65535], got %d", *port))
+	if port.set && (port.v < 0 || port.v > 65535) {
+		log.Error("bad flag", "err", fmt.Sprintf("--port: must be in [0, 65535], got %d", port.v))
 		return 2
 	}
 	if *snapInterval < 0 || (*snapInterval > 0 && *snapInterval < server.MinSnapshotSetting) {
@@ -79,14 +81,14 @@ func runServe(args []string) int {
 		log.Error("bad flag", "err", fmt.Sprintf("--shutdown-timeout: must be >= 0, got %v", *drain))
 		return 2
 	}
-	if *memoryLimit < -1 {
-		log.Error("bad flag", "err", fmt.Sprintf("--memory-limit-bytes: must be >= 0, got %d", *memoryLimit))
+	if memoryLimit.set && memoryLimit.v < 0 {
+		log.Error("bad flag", "err", fmt.Sprintf("--memory-limit-bytes: must be >= 0, got %d", memoryLimit.v))
 		return 2
 	}
-	if *port >= 0 {
+	if port.set {
 		// As documented: all interfaces on that port, whatever listen
 		// address the config gives (--listen still overrides it).
-		cfg.Port, cfg.Listen = *port, ""
+		cfg.Port, cfg.Listen = int(port.v), ""
 	}
 	if *listen != "" {
 		cfg.Listen = *listen
@@ -126,8 +128,8 @@ func runServe(args []string) int {
 	if *storageMode != "" {
 		cfg.Storage.Mode = server.StorageMode(*storageMode)
 	}
-	if *memoryLimit >= 0 {
-		cfg.Storage.MemoryLimitBytes = *memoryLimit
+	if memoryLimit.set {
+		cfg.Storage.MemoryLimitBytes = memoryLimit.v
 	}
 	if *storageDir != "" {
 		cfg.Storage.Dir = *storageDir
@@ -173,7 +175,7 @@ func runServe(args []string) int {
 		return 1
 	}
 	if err != nil {
-		log.Error("bad config", "err", err)
+		logBadConfig(log, err)
 		return 1
 	}
 	lis, err := server.Listen(cfg.ListenAddr())
@@ -325,4 +327,44 @@ func listenLocal(addr string) (net.Listener, error) {
 		return nil, err
 	}
 	return l, nil
+}
+
+// logBadConfig logs a config's errors, one record per line: a config file
+// with several unknown or duplicate keys reports them all.
+func logBadConfig(log *slog.Logger, err error) {
+	for _, line := range strings.Split(err.Error(), "\n") {
+		log.Error("bad config", "err", line)
+	}
+}
+
+// parseStatus is the exit status for a flag parsing error: 0 for -h and
+// -help, which print the usage as asked, else 2.
+func parseStatus(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	return 2
+}
+
+// optionalInt is an integer flag that knows whether it was given, so that
+// its usage line shows no sentinel default.
+type optionalInt struct {
+	v   int64
+	set bool
+}
+
+func (o *optionalInt) String() string {
+	if o == nil || !o.set {
+		return ""
+	}
+	return strconv.FormatInt(o.v, 10)
+}
+
+func (o *optionalInt) Set(s string) error {
+	v, err := strconv.ParseInt(s, 0, 64)
+	if err != nil {
+		return errors.New("parse error")
+	}
+	o.v, o.set = v, true
+	return nil
 }

@@ -587,7 +587,7 @@ func TestValidate(t *testing.T) {
 }
 
 // TestAgainstExactModel drives limiters through random operations and
-// compares every answer with the rules of PROTOCOL.md 6.2 evaluated in exact
+// compares every answer with the rate limiter rules (docs/config.md, "Rate limiters") evaluated in exact
 // rational arithmetic. The configs use dyadic fractions and small counters,
 // so the float64 implementation has no excuse to round differently.
 func TestAgainstExactModel(t *testing.T) {

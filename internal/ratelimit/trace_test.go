@@ -1,7 +1,7 @@
 package ratelimit
 
 // Data-driven traces: every testdata/*.txt file is a script of limiter
-// operations, each with the outcome worked out by hand from PROTOCOL.md 6.2.
+// operations, each with the outcome worked out by hand from the rules in docs/config.md ("Rate limiters").
 //
 // Format, one command per line; '#' starts a comment that runs to the end of
 // the line; blank lines are ignored; words are separated by spaces:

@@ -1,6 +1,6 @@
 """Chunk encoding: numpy arrays to and from Reverb's TensorProto layout.
 
-The format is the one of PROTOCOL.md section 2, bit for bit, as Reverb's
+The format is Reverb's chunk encoding, bit for bit, as Reverb's
 C++ client writes and reads it:
 
 * A chunk holds one or more tensors; each is a column of consecutive steps
