@@ -184,6 +184,23 @@ func (s *Server) recoverWAL(mark uint64) error {
 		c.Unref()
 		delete(chunks, k)
 	}
+	// The replay did what was logged, under the limits of the time: a
+	// config with a smaller max_size or max_times_sampled applies now, as
+	// it does to a restored checkpoint. The log is started, so these
+	// deletes are logged like any other.
+	for _, name := range s.names {
+		t := s.tables[name]
+		over, evicted, added := t.TrimToConfig()
+		if over > 0 || evicted > 0 {
+			s.log.Warn("replayed items removed to meet the config", "table", name,
+				"over_max_times_sampled", over, "evicted_over_max_size", evicted,
+				"max_size", t.cfg.MaxSize, "max_times_sampled", t.cfg.MaxTimesSampled)
+		}
+		if added > 0 {
+			s.log.Warn("rate limiter's sample count raised to bring it within the configured max_diff",
+				"table", name, "samples_added", added, "max_diff", t.cfg.RateLimiter.MaxDiff)
+		}
+	}
 	var items int64
 	for _, name := range s.names {
 		items += int64(s.tables[name].Len())

@@ -115,6 +115,27 @@ func (t *Table) FinishRestore(c RestoreCounters) RestoreReport {
 	t.mu.numUniqueSamples = max(c.NumUniqueSamples, 0)
 	t.mu.restoring = false
 
+	rep.OverSampled, rep.Evicted, rep.SamplesAdded = t.trimLocked()
+	t.pumpLocked()
+	return rep
+}
+
+// TrimToConfig applies the table's max_times_sampled and max_size to the
+// items it holds, as FinishRestore does: for a table whose items came back
+// from the write-ahead log under a config with smaller limits, since a
+// replay does only what was logged. The deletes reach the extensions as
+// any delete does. It returns what FinishRestore reports of the same.
+func (t *Table) TrimToConfig() (overSampled, evicted, samplesAdded int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	overSampled, evicted, samplesAdded = t.trimLocked()
+	t.pumpLocked()
+	return overSampled, evicted, samplesAdded
+}
+
+// trimLocked deletes the items sampled max_times_sampled times or more,
+// then has the remover evict until the table holds at most max_size.
+func (t *Table) trimLocked() (overSampled, evicted, samplesAdded int64) {
 	if t.maxTimesSampled > 0 {
 		var over []selector.Slot
 		t.mu.keys.all(func(_ uint64, slot selector.Slot) {
@@ -125,7 +146,7 @@ func (t *Table) FinishRestore(c RestoreCounters) RestoreReport {
 		for _, slot := range over {
 			t.deleteLocked(slot)
 		}
-		rep.OverSampled = int64(len(over))
+		overSampled = int64(len(over))
 	}
 	for int64(t.mu.keys.len()) > t.maxSize {
 		victim, err := t.mu.remover.Sample()
@@ -133,17 +154,16 @@ func (t *Table) FinishRestore(c RestoreCounters) RestoreReport {
 			break
 		}
 		t.deleteLocked(victim.Slot)
-		rep.Evicted++
+		evicted++
 	}
 	// The removals above lower the size but not the diff, and the
-	// configured limiter may allow a smaller diff than the checkpoint's
-	// (a smaller queue, say): above max_diff every insert into a table
-	// that is not empty is refused. Only then: a table can be over
-	// max_diff in the ordinary way (inserts below min_size_to_sample are
-	// not checked), and a restore must not write off samples it owes.
-	if rep.OverSampled+rep.Evicted > 0 {
-		rep.SamplesAdded = t.mu.limiter.LowerDiffTo()
+	// configured limiter may allow a smaller diff than before (a smaller
+	// queue, say): above max_diff every insert into a table that is not
+	// empty is refused. Only then: a table can be over max_diff in the
+	// ordinary way (inserts below min_size_to_sample are not checked),
+	// and a trim must not write off samples it owes.
+	if overSampled+evicted > 0 {
+		samplesAdded = t.mu.limiter.LowerDiffTo()
 	}
-	t.pumpLocked()
-	return rep
+	return overSampled, evicted, samplesAdded
 }
