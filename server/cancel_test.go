@@ -95,3 +95,41 @@ func handlers(method string) int {
 	}
 	return strings.Count(string(buf), "server.(*Server)."+method+"(")
 }
+
+// TestCloseWaitsForHandlers: Close returns once every handler has, since
+// it then closes the log and the chunk store that handlers use. gRPC-Go's
+// Stop does not wait for handlers unless asked to.
+func TestCloseWaitsForHandlers(t *testing.T) {
+	for round := range 10 {
+		s := servertest.Start(t, testConfig(uniformTable("replay", 100, server.MinSize(1))))
+		ctx := ctxT(t)
+		for range 4 {
+			smp, err := s.Client.SampleStream(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The table is empty: the handler waits in the rate limiter.
+			if err := smp.Send(&reverbpb.SampleStreamRequest{Table: "replay", NumSamples: 1}); err != nil {
+				t.Fatal(err)
+			}
+			ins, err := s.Client.InsertStream(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := ins.Send(&reverbpb.InsertStreamRequest{Chunks: []*reverbpb.ChunkData{chunk(uint64(100+round), 2, 1)}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for handlers("SampleStream") < 4 || handlers("InsertStream") < 4 {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: handlers did not start", round)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		s.Server.Close()
+		if n := handlers("InsertStream") + handlers("SampleStream"); n > 0 {
+			t.Fatalf("round %d: Close returned with %d handlers running", round, n)
+		}
+	}
+}

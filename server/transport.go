@@ -87,6 +87,11 @@ func (s *Server) newRPCServer(sec secured) rpcServer {
 	}
 	return grpc.NewServer(
 		grpc.Creds(sec.creds),
+		// Stop (Close, and Shutdown when its context ends) returns only
+		// once every handler has, as h2grpc's does: the server closes the
+		// log and the chunk store that handlers use right after. Every
+		// handler's waits end with its stream's context, which Stop ends.
+		grpc.WaitForHandlers(true),
 		grpc.ChainUnaryInterceptor(sec.unary...),
 		grpc.ChainStreamInterceptor(sec.stream...),
 		// Reverb lifts gRPC's message size limits: an insert request can
