@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/reverie-rl/reverie/api/reverbpb"
@@ -321,25 +323,45 @@ func (b *responseBuilder) flush(send func(*rawMessage) error) error {
 
 // handOver returns the buffer of a big chunk in a response. If the chunk's
 // bytes may be reused once it is unpinned, it pins the chunk until gRPC
-// frees the buffer.
+// frees the buffer. gRPC-Go does not free every buffer of a stream that
+// ends abnormally (a frame dropped for a stream already cleaned up, data
+// queued when its writer exits); where a pin holds the chunk itself, the
+// chunk is also unpinned when the buffer is collected, else a sampler
+// that cancels would leave chunks in the store and the spill for good.
 func handOver(sg segment) mem.Buffer {
 	if sg.chunk == nil || !sg.chunk.NeedsPin() {
 		return mem.SliceBuffer(sg.big)
 	}
 	sg.chunk.Pin()
-	p := &chunkPin{chunk: sg.chunk, b: sg.big}
+	p := &chunkPin{pin: &pin{chunk: sg.chunk}, b: sg.big}
+	if sg.chunk.PinHoldsChunk() {
+		runtime.AddCleanup(p, (*pin).release, p.pin)
+	}
 	return mem.NewBuffer(&p.b, p)
 }
 
 // chunkPin is the mem.BufferPool of one handed-over chunk: freeing the
 // buffer unpins the chunk.
 type chunkPin struct {
-	chunk *chunkstore.Chunk
-	b     []byte
+	pin *pin
+	b   []byte
 }
 
 func (p *chunkPin) Get(int) *[]byte { panic("server: chunkPin.Get") } // only freed into
-func (p *chunkPin) Put(*[]byte)     { p.chunk.Unpin() }
+func (p *chunkPin) Put(*[]byte)     { p.pin.release() }
+
+// pin is one pin of a chunk, released once, by gRPC freeing the buffer or
+// by the collector's cleanup of a buffer gRPC dropped.
+type pin struct {
+	chunk    *chunkstore.Chunk
+	released atomic.Bool
+}
+
+func (p *pin) release() {
+	if p.released.CompareAndSwap(false, true) {
+		p.chunk.Unpin()
+	}
+}
 
 func (b *responseBuilder) reset() {
 	clear(b.segs) // drop the references to chunk bytes

@@ -364,6 +364,12 @@ func (c *Chunk) Pin() {
 // reachable without a pin.
 func (c *Chunk) NeedsPin() bool { return c.store.tier != nil || c.recycle }
 
+// PinHoldsChunk reports whether a pin holds the chunk itself (a reference,
+// in the tiered modes), so that a pin never unpinned keeps the chunk in the
+// store, and on disk, for good. Otherwise a lost pin only keeps the
+// chunk's buffer from being reused, and the collector takes it.
+func (c *Chunk) PinHoldsChunk() bool { return c.store.tier != nil }
+
 // Unpin undoes Pin.
 func (c *Chunk) Unpin() {
 	switch {
