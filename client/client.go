@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/experimental"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 )
 
@@ -41,6 +42,22 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 	return func(o *options) { o.dialOpts = append(o.dialOpts, opts...) }
 }
 
+// DefaultKeepaliveTime is how long a connection with open calls may carry
+// nothing before Dial's connections ping the server, and
+// DefaultKeepaliveTimeout how long they then wait for the answer before
+// the connection is taken as lost (its calls fail with UNAVAILABLE, and a
+// Pool fails over). Five minutes is the least that gRPC C++ servers,
+// Reverb's among them, accept by default between pings on a connection
+// that sends no data; a client pinging more often is cut off by them with
+// "too_many_pings". reverie's server accepts pings every 5 s: against
+// reverie alone, grpc.WithKeepaliveParams in WithDialOptions (which
+// comes after these defaults) can notice a silent server sooner (gRPC-Go
+// pings at most every 10 s).
+const (
+	DefaultKeepaliveTime    = 5 * time.Minute
+	DefaultKeepaliveTimeout = 20 * time.Second
+)
+
 // Dial connects to addr ("host:port", "dns:///name:port" or
 // "unix:///path") and waits until the connection is ready or ctx ends.
 // Calls are spread over all of a name's addresses (round_robin); no
@@ -64,6 +81,12 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 		// timeout. The client's own config above is the one used.
 		grpc.WithDisableServiceConfig(),
 		experimental.WithBufferPool(wirePool),
+		// A server gone silent (a host that lost power, a partition)
+		// sends no reset: without pings, streams waiting on it (a
+		// sampler blocked by the rate limiter, a Flush) wait until the
+		// kernel gives up retransmitting, 15 minutes or more, or for
+		// ever when nothing was sent. See DefaultKeepaliveTime.
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: DefaultKeepaliveTime, Timeout: DefaultKeepaliveTimeout}),
 	}, o.dialOpts...)
 	conn, err := grpc.NewClient(addr, dialOpts...)
 	if err != nil {

@@ -87,7 +87,16 @@ type poolMember struct {
 // the connections it made and returns an error (wrapping ErrUnavailable)
 // that names each unreachable address. Once dialled, a server that goes
 // down stays in the pool: its connection reconnects in the background and
-// writers and samplers use it again when it is back.
+// writers and samplers use it again when it is back. A server is down when
+// its connection is not ready; one that goes silent without closing its
+// connections is noticed by keepalive pings (DefaultKeepaliveTime).
+//
+// The pool does not rebalance: a writer that moved away from a server
+// stays where it went when that server comes back (new writers start on
+// it again, round robin), and a PoolSampler draws from each server as
+// fast as it answers, not in proportion to what each server holds. A
+// server back from an outage with few items has them sampled more often
+// than the others' until writers fill it again.
 //
 // opts apply to every connection, except that the pool's connections never
 // go idle (a grpc.WithIdleTimeout among them is overridden): the pool reads
@@ -316,12 +325,18 @@ func (p *Pool) pick(prev int) (int, bool) {
 	return start % n, false
 }
 
-// waitChange waits until some member's health changes, or returns an
-// error when ctx ends, done is closed or the pool is closed.
-func (p *Pool) waitChange(ctx context.Context, done <-chan struct{}) error {
+// changes returns the channel that the next change of any member's health
+// closes. Take it before looking at the members, so that a change between
+// the look and the wait is not missed.
+func (p *Pool) changes() <-chan struct{} {
 	p.mu.Lock()
-	changed := p.changed
-	p.mu.Unlock()
+	defer p.mu.Unlock()
+	return p.changed
+}
+
+// waitChange waits until changed (from changes) is closed, or returns an
+// error when ctx ends, done is closed or the pool is closed.
+func (p *Pool) waitChange(ctx context.Context, changed <-chan struct{}, done <-chan struct{}) error {
 	select {
 	case <-changed:
 		return nil
@@ -484,7 +499,7 @@ func (w *PoolWriter) Append(ctx context.Context, step map[string]Tensor) error {
 	}
 	defer w.release()
 	if err := w.cur.Append(ctx, step); err != nil {
-		return err
+		return w.serverErr(err)
 	}
 	data := make(map[string]Tensor, len(step))
 	for name, t := range step {
@@ -560,7 +575,7 @@ func (w *PoolWriter) CreateItem(ctx context.Context, table string, priority floa
 	}
 	it := &poolItem{table: table, priority: priority, cols: append([]PoolTrajectoryColumn(nil), trajectory...)}
 	if err := w.create(ctx, w.cur, it, w.appended, func(s int64) int64 { return w.steps[s].pos }); err != nil {
-		return err
+		return w.serverErr(err)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -670,12 +685,21 @@ func (w *PoolWriter) flushLocked(ctx context.Context, op func(context.Context, *
 			return ctx.Err()
 		}
 		if !failed {
-			return err
+			return w.serverErr(err)
 		}
 		if err := w.move(ctx); err != nil {
 			return err
 		}
 	}
+}
+
+// serverErr names the current server in an error from its writer; the
+// context's own errors stay as they are.
+func (w *PoolWriter) serverErr(err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return fmt.Errorf("pool writer: %s: %w", w.pool.members[w.member].c.addr, err)
 }
 
 // move switches to the next server that is up, waiting for one if none
@@ -685,11 +709,12 @@ func (w *PoolWriter) move(ctx context.Context) error {
 	from := w.member
 	var to int
 	for {
+		changed := w.pool.changes()
 		var ok bool
 		if to, ok = w.pool.pick(from); ok {
 			break
 		}
-		if err := w.pool.waitChange(ctx, w.done); err != nil {
+		if err := w.pool.waitChange(ctx, changed, w.done); err != nil {
 			return err
 		}
 	}

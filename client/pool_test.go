@@ -625,3 +625,27 @@ func TestDialPoolLeavesCallersOptions(t *testing.T) {
 		t.Fatal("DialPool wrote into the caller's options past their length")
 	}
 }
+
+// TestPoolWriterErrorsNameServer: an error a pool writer's server gives
+// says which server it was.
+func TestPoolWriterErrorsNameServer(t *testing.T) {
+	a := ptStart(t, server.QueueTable("other", 100))
+	pool := ptPool(t, nil, a.addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	w, err := pool.NewTrajectoryWriter(ctx, client.WriterOptions{NumKeepAliveRefs: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if err := w.Append(ctx, ptStep(0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.CreateItem(ctx, "q", 1, []client.PoolTrajectoryColumn{w.History("obs").Last(1)}); err != nil {
+		t.Fatal(err)
+	}
+	err = w.Flush(ctx)
+	if !errors.Is(err, client.ErrTableNotFound) || !strings.Contains(err.Error(), a.addr) {
+		t.Fatalf("Flush = %v; want a table-not-found error naming %s", err, a.addr)
+	}
+}
