@@ -19,6 +19,7 @@ import (
 	"github.com/reverie-rl/reverie/server"
 	"github.com/reverie-rl/reverie/server/servertest"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 )
 
 // ptServer is an in-process server on a loopback port that a test can
@@ -647,5 +648,126 @@ func TestPoolWriterErrorsNameServer(t *testing.T) {
 	err = w.Flush(ctx)
 	if !errors.Is(err, client.ErrTableNotFound) || !strings.Contains(err.Error(), a.addr) {
 		t.Fatalf("Flush = %v; want a table-not-found error naming %s", err, a.addr)
+	}
+}
+
+// silentProxy forwards TCP to a server until it goes silent: then it
+// moves no more bytes but keeps every connection open, as a host that lost
+// power or a network partition does (no reset, no FIN).
+type silentProxy struct {
+	addr   string
+	ln     net.Listener
+	silent chan struct{}
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+func startSilentProxy(t *testing.T, target string) *silentProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &silentProxy{addr: ln.Addr().String(), ln: ln, silent: make(chan struct{})}
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		ln.Close()
+		p.mu.Lock()
+		for _, c := range p.conns {
+			c.Close()
+		}
+		p.mu.Unlock()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, s)
+			p.mu.Unlock()
+			wg.Go(func() { p.pipe(c, s) })
+			wg.Go(func() { p.pipe(s, c) })
+		}
+	})
+	return p
+}
+
+func (p *silentProxy) pipe(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		select {
+		case <-p.silent:
+			return // drop it; the connections stay open until cleanup
+		default:
+		}
+		if n > 0 {
+			if _, err := dst.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// TestPoolWriterLeavesSilentServer: a server that goes silent without a
+// reset is noticed by keepalive pings, and a writer's Flush fails over to
+// another server instead of waiting on it. The test pings every 10 s, the
+// least gRPC-Go allows (against reverie only; the default is 5 minutes,
+// DefaultKeepaliveTime, for Reverb's servers).
+func TestPoolWriterLeavesSilentServer(t *testing.T) {
+	a := ptStart(t, server.QueueTable("q", 1000))
+	b := ptStart(t, server.QueueTable("q", 1000))
+	pa := startSilentProxy(t, a.addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	pool, err := client.DialPool(ctx, []string{pa.addr, b.addr},
+		client.PoolOptions{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), FailoverDelay: 150 * time.Millisecond},
+		client.WithDialOptions(grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: time.Second})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	w, err := pool.NewTrajectoryWriter(ctx, client.WriterOptions{NumKeepAliveRefs: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if w.Addr() != pa.addr {
+		t.Fatalf("the writer starts on %s, want the first server %s", w.Addr(), pa.addr)
+	}
+	step := func(i int) {
+		if err := w.Append(ctx, ptStep(i)); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.CreateItem(ctx, "q", 1, []client.PoolTrajectoryColumn{w.History("obs").Last(1)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	step(0)
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(pa.silent)
+	step(1)
+	fctx, fcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer fcancel()
+	if err := w.Flush(fctx); err != nil {
+		t.Fatalf("Flush with the writer's server silent: %v", err)
+	}
+	if w.Addr() != b.addr {
+		t.Fatalf("the writer is on %s after the failover, want %s", w.Addr(), b.addr)
+	}
+	if ins, _ := ptInserts(t, pool.Clients()[1], "q"); ins != 1 {
+		t.Fatalf("the second server holds %d inserts, want the item created while the first was silent", ins)
 	}
 }
