@@ -34,6 +34,19 @@ func ckptTables() []server.TableConfig {
 	}
 }
 
+// ckptDirEntries lists a checkpoint directory, leaving out the lock file
+// that a server holds in it.
+func ckptDirEntries(dir string) []os.DirEntry {
+	ents, _ := os.ReadDir(dir)
+	var out []os.DirEntry
+	for _, e := range ents {
+		if e.Name() != checkpoint.LockFile {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 func ckptConfig(dir string, tables ...server.TableConfig) server.Config {
 	cfg := testConfig(tables...)
 	cfg.CheckpointDir = dir
@@ -165,8 +178,13 @@ func TestCheckpointRestoreIdentical(t *testing.T) {
 		t.Fatalf("checkpoint %s is not in %s", path, dir)
 	}
 
-	// The new server finds the checkpoint in its checkpoint directory.
-	b := servertest.Start(t, ckptConfig(dir, ckptTables()...))
+	// The new server finds the checkpoint in its checkpoint directory (a
+	// copy: the first server holds its own directory locked).
+	dir2 := t.TempDir()
+	if err := os.CopyFS(filepath.Join(dir2, filepath.Base(path)), os.DirFS(path)); err != nil {
+		t.Fatal(err)
+	}
+	b := servertest.Start(t, ckptConfig(dir2, ckptTables()...))
 	sameInfo(t, serverInfo(t, b.Client), before)
 	if n, by := b.ChunkStoreStats(); n != nChunks || by != nBytes {
 		t.Fatalf("restored chunk store: %d chunks, %d bytes; want %d, %d", n, by, nChunks, nBytes)
@@ -354,7 +372,7 @@ func TestConcurrentCheckpointCalls(t *testing.T) {
 	if later[0] == first || later[1] != later[0] || later[2] != later[0] {
 		t.Fatalf("first call got %s, the waiting calls %v: want one shared later checkpoint", first, later)
 	}
-	ents, _ := os.ReadDir(dir)
+	ents := ckptDirEntries(dir)
 	if len(ents) != 1 || ents[0].Name() != filepath.Base(later[0]) {
 		t.Fatalf("checkpoint dir holds %v, want only %s", ents, filepath.Base(later[0]))
 	}
@@ -392,7 +410,7 @@ func TestCheckpointAbandonedOnClose(t *testing.T) {
 	close(resume)
 	<-closed
 	wantCode(t, <-errc, codes.Unavailable, "abandoned")
-	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+	if ents := ckptDirEntries(dir); len(ents) != 0 {
 		t.Fatalf("abandoned checkpoint left %v", ents)
 	}
 	_, err = srv.Checkpoint(context.Background(), &reverbpb.CheckpointRequest{})
@@ -428,7 +446,7 @@ func TestCheckpointAbandonedOnCloseWhilePaced(t *testing.T) {
 		t.Errorf("Close took %v: it waited for the checkpoint's pacing", d)
 	}
 	wantCode(t, <-errc, codes.Unavailable, "abandoned")
-	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+	if ents := ckptDirEntries(dir); len(ents) != 0 {
 		t.Fatalf("abandoned checkpoint left %v", ents)
 	}
 }
@@ -459,6 +477,7 @@ func TestRestoreRefusesCorruptCheckpoint(t *testing.T) {
 	a := servertest.Start(t, ckptConfig(dir, ckptTables()...))
 	fill(t, a.Client, 20, 4)
 	path := checkpointNow(t, a.Client)
+	a.Close() // it holds dir locked
 	file := filepath.Join(path, checkpoint.FileName)
 	orig, err := os.ReadFile(file)
 	if err != nil {

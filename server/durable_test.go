@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/reverie-rl/reverie/api/reverbpb"
+	"github.com/reverie-rl/reverie/internal/checkpoint"
 	"github.com/reverie-rl/reverie/internal/wal"
 	"github.com/reverie-rl/reverie/selector"
 	"github.com/reverie-rl/reverie/server"
@@ -180,6 +181,13 @@ func TestDurableLogIsLocked(t *testing.T) {
 	a := servertest.Start(t, durableConfig(dir, "always"))
 	q1, c1 := churn(t, a.Client, 1)
 	_, err := server.New(durableConfig(dir, "always"))
+	if !errors.Is(err, server.ErrInvalidConfig) || !errors.Is(err, checkpoint.ErrLocked) || !strings.Contains(err.Error(), "checkpoint_dir") {
+		t.Fatalf("second server on the same checkpoint directory: %v; want an error naming checkpoint_dir", err)
+	}
+	// With a checkpoint directory of its own, it still cannot share the log.
+	other := durableConfig(t.TempDir(), "always")
+	other.WAL.Dir = filepath.Join(dir, "wal")
+	_, err = server.New(other)
 	if !errors.Is(err, server.ErrInvalidConfig) || !errors.Is(err, wal.ErrLocked) || !strings.Contains(err.Error(), "wal.dir") {
 		t.Fatalf("second server on the same log: %v; want an error naming wal.dir", err)
 	}

@@ -18,6 +18,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"path/filepath"
@@ -25,6 +26,7 @@ import (
 	"sync"
 
 	"github.com/reverie-rl/reverie/api/reverbpb"
+	"github.com/reverie-rl/reverie/internal/checkpoint"
 	"github.com/reverie-rl/reverie/internal/chunkstore"
 	"github.com/reverie-rl/reverie/internal/remote"
 	"github.com/reverie-rl/reverie/internal/table"
@@ -62,8 +64,9 @@ type Server struct {
 	metrics serverMetrics // counters for Collector (metrics.go)
 	sec     *security     // TLS and tokens (security.go)
 
-	ckptRoot string   // CheckpointDir made absolute, or ""
-	wal      *wal.Log // the write-ahead log in durable mode, or nil
+	ckptRoot string    // CheckpointDir made absolute, or ""
+	ckptLock io.Closer // the lock on ckptRoot, released with the storage
+	wal      *wal.Log  // the write-ahead log in durable mode, or nil
 	ckpt     checkpointer
 	remote   *remote.Bucket // Config.Snapshots.URL, or nil
 	// remoteClose closes remote after the last upload.
@@ -157,9 +160,15 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("%w: checkpoint_dir: %v", ErrInvalidConfig, err)
 		}
 		s.ckptRoot = abs
+		lock, err := checkpoint.LockRoot(abs)
+		if err != nil {
+			return nil, fmt.Errorf("%w: checkpoint_dir: %w", ErrInvalidConfig, err)
+		}
+		s.ckptLock = lock
 	}
 	st, err := openStorage(cfg, s.ckptRoot, s.log)
 	if err != nil {
+		s.unlockCheckpointDir()
 		return nil, err
 	}
 	s.storage, s.chunks = st, st.chunks
@@ -355,7 +364,17 @@ func (s *Server) closeStorage() {
 		if err := s.storage.close(); err != nil {
 			s.log.Warn("closing chunk storage", "err", err)
 		}
+		s.unlockCheckpointDir()
 	})
+}
+
+// unlockCheckpointDir releases the checkpoint directory's lock, once no
+// checkpoint can be written.
+func (s *Server) unlockCheckpointDir() {
+	if s.ckptLock != nil {
+		s.ckptLock.Close()
+		s.ckptLock = nil
+	}
 }
 
 // Close stops the server at once, cancelling every open stream and

@@ -200,6 +200,7 @@ func TestRestoreNewerWins(t *testing.T) {
 	c := servertest.Start(t, ckptConfig(local, ckptTables()...))
 	fill(t, c.Client, 3, 4)
 	checkpointNow(t, c.Client)
+	c.Close() // it holds local locked
 
 	// A newer snapshot of 5 items, from another machine.
 	a := servertest.Start(t, snapConfig(t.TempDir(), bucket))
@@ -211,11 +212,13 @@ func TestRestoreNewerWins(t *testing.T) {
 	if n := size(b); n != 5 {
 		t.Fatalf("restored %d items, want the remote snapshot's 5", n)
 	}
+	b.Close()
 
 	// A newer local checkpoint, not uploaded, wins over the snapshot.
 	d := servertest.Start(t, ckptConfig(local, ckptTables()...))
 	fill(t, d.Client, 7, 4)
 	checkpointNow(t, d.Client)
+	d.Close()
 	e := servertest.Start(t, snapConfig(local, bucket))
 	if n := size(e); n != 7 {
 		t.Fatalf("restored %d items, want the local checkpoint's 7", n)
@@ -253,7 +256,7 @@ func TestRestoreRefusesCorruptSnapshot(t *testing.T) {
 		t.Fatalf("New = %v; want a corrupt-checkpoint error naming the bucket and the object", err)
 	}
 	t.Logf("New: %v", err)
-	if ents, _ := os.ReadDir(fresh); len(ents) != 0 {
+	if ents := ckptDirEntries(fresh); len(ents) != 0 {
 		t.Fatalf("a failed download left %v in the checkpoint dir", ents)
 	}
 }
@@ -374,7 +377,7 @@ func TestRestoreSnapshotPrunedBeforeDownload(t *testing.T) {
 		t.Fatalf("New = %v; want a restore error naming the bucket", err)
 	}
 	t.Logf("New: %v", err)
-	if ents, _ := os.ReadDir(fresh); len(ents) != 0 {
+	if ents := ckptDirEntries(fresh); len(ents) != 0 {
 		t.Fatalf("a failed download left %v in the checkpoint dir", ents)
 	}
 }

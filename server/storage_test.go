@@ -113,8 +113,7 @@ func TestHybridFailedRead(t *testing.T) {
 	wantCode(t, err, codes.Internal, "cannot read chunk data: chunk ")
 	_, err = s.Client.Checkpoint(ctxT(t), &reverbpb.CheckpointRequest{})
 	wantCode(t, err, codes.Internal, "cannot read chunk data")
-	ents, _ := os.ReadDir(dir)
-	for _, e := range ents {
+	for _, e := range ckptDirEntries(dir) {
 		if e.Name() != server.SpillDirName {
 			t.Errorf("failed checkpoint left %s", e.Name())
 		}
@@ -171,10 +170,18 @@ func TestHybridCheckpointRoundTrip(t *testing.T) {
 	if _, err := a.Client.Checkpoint(ctxT(t), &reverbpb.CheckpointRequest{}); err != nil {
 		t.Fatal(err)
 	}
-	// Another server on the same directories cannot share the spill.
+	// Another server on the same directories cannot share them.
 	if _, err := server.New(cfg); err == nil || !strings.Contains(err.Error(), "in use by another server") {
+		t.Fatalf("second server on one checkpoint and spill directory: %v", err)
+	}
+	// Nor the spill alone.
+	cfg2 := cfg
+	cfg2.CheckpointDir = t.TempDir()
+	cfg2.Storage.Dir = filepath.Join(dir, server.SpillDirName) // the first one's
+	if _, err := server.New(cfg2); err == nil || !strings.Contains(err.Error(), "storage.dir") || !strings.Contains(err.Error(), "in use by another server") {
 		t.Fatalf("second server on one spill directory: %v", err)
 	}
+	a.Close()
 	cfg.Storage.Dir = filepath.Join(t.TempDir(), "b")
 	b := servertest.Start(t, cfg) // restores the checkpoint
 	if c, _ := b.ChunkStoreStats(); c != n {

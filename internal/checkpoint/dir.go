@@ -3,10 +3,13 @@ package checkpoint
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // dirLayout names checkpoint directories: UTC, RFC 3339 with all nine
@@ -111,4 +114,29 @@ func Resolve(path string) (string, error) {
 		return "", fmt.Errorf("checkpoint: %s is incomplete: it has no %s file", path, DoneName)
 	}
 	return file, nil
+}
+
+// LockFile names the file in a checkpoint root that a server holds locked
+// while it may write checkpoints there.
+const LockFile = "LOCK"
+
+// ErrLocked is returned by LockRoot when another server, in this process
+// or another, holds the root.
+var ErrLocked = errors.New("checkpoint: directory is in use by another server")
+
+// LockRoot creates root if needed and locks it, so that a second server
+// pointed at it fails to start: its pruning would delete the first one's
+// checkpoints, even one being written, and a restart would restore
+// whichever server checkpointed last. Close the result to unlock. A
+// server that only restores a checkpoint from a directory (RestorePath)
+// does not lock it.
+func LockRoot(root string) (io.Closer, error) {
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	lock, err := vfs.Default.Lock(filepath.Join(root, LockFile))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrLocked, root, err)
+	}
+	return lock, nil
 }
