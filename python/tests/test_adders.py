@@ -112,6 +112,76 @@ def test_priorities_and_several_tables(client, reset):
   adder.close()
 
 
+@pytest.mark.parametrize('fns', [None, {}])
+def test_default_table(client, reset, fns):
+  # As Acme: no priority_fns, or an empty mapping, means the default table
+  # with priority 1 (an empty mapping wrote nothing before).
+  reset(adders.DEFAULT_PRIORITY_TABLE)
+  adder = adders.NStepTransitionAdder(client, n_step=1, discount=GAMMA,
+                                      priority_fns=fns)
+  _episode(adder, [1, 2], [1, 0])
+  got = _read(client, adders.DEFAULT_PRIORITY_TABLE, 2,
+              _transition_template())
+  assert [info.priority for info, _ in got] == [1.0, 1.0]
+  adder.close()
+
+
+def test_n_step_returns_round_as_acmes(client, reset):
+  # Acme sums in the rewards' and discounts' own dtypes, in place, with the
+  # discount as a float32; R and D must be those bits, not float64 sums
+  # rounded once (D was float32(0.81) here, where Acme stores
+  # float32(0.9) * float32(0.9) = 0.80999994).
+  reset('adder')
+  g = np.float32(0.9)
+  adder = adders.NStepTransitionAdder(
+      client, n_step=3, discount=0.9, priority_fns={'adder': None})
+  _episode(adder, [1, 1, 1, 1], [1, 1, 1, 0])
+  got = _read(client, 'adder', 6, _transition_template())
+  _, tr = got[2]  # (s0 -> s3): three steps
+  assert tr.discount.dtype == np.float32 and tr.discount == g * g
+  assert tr.discount != np.float32(0.81)
+  assert tr.reward == (np.float32(1) + g) + g * g
+  adder.close()
+
+  # Python floats are float64 columns: Acme multiplies them by the float32
+  # discount, so D is float64(float32(0.99)) squared, not 0.99 squared.
+  reset('adder')
+  adder = adders.NStepTransitionAdder(
+      client, n_step=3, discount=0.99, priority_fns={'adder': None})
+  obs = lambda t: np.array([t, 10 * t], np.float32)
+  adder.add_first(adders.restart(obs(0)))
+  for t in range(3):
+    kind = adders.StepType.LAST if t == 2 else adders.StepType.MID
+    adder.add(np.int32(10 + t), adders.TimeStep(kind, 1.0, 1.0, obs(t + 1)))
+  got = _read(client, 'adder', 5, adders.Transition(None, None, None, None,
+                                                    None, ()))
+  _, tr = got[2]
+  g64 = np.float64(np.float32(0.99))
+  assert tr.discount.dtype == np.float64 and tr.discount == g64 * g64
+  adder.close()
+
+
+def test_n_step_refuses_what_acme_cannot_sum(client):
+  adder = adders.NStepTransitionAdder(
+      client, n_step=2, discount=GAMMA, priority_fns={'adder': None})
+  obs = np.zeros(2, np.float32)
+  adder.add_first(adders.restart(obs))
+  # A nested reward: a clear error (reverie takes arrays only).
+  with pytest.raises(TypeError, match='reward is a nest'):
+    adder.add(np.int32(0), adders.TimeStep(adders.StepType.MID,
+                                           {'a': np.float32(1)},
+                                           np.float32(1), obs))
+  adder.reset()
+  # Integer rewards: an n-step return does not fit them (Acme fails too).
+  adder.add_first(adders.restart(obs))
+  adder.add(np.int32(0), adders.TimeStep(adders.StepType.MID, np.int32(1),
+                                         np.float32(1), obs))
+  with pytest.raises(TypeError, match='floating-point rewards'):
+    adder.add(np.int32(1), adders.TimeStep(adders.StepType.MID, np.int32(2),
+                                           np.float32(1), obs))
+  adder.close()
+
+
 _ADDERS = {
     'n_step': lambda c: adders.NStepTransitionAdder(
         c, n_step=2, discount=GAMMA, priority_fns={'adder': None}),

@@ -139,7 +139,8 @@ class Adder:
     self._client = client
     self._max_sequence_length = max_sequence_length
     self._max_in_flight_items = max_in_flight_items
-    self._priority_fns = (dict(priority_fns) if priority_fns is not None else
+    # As Acme: no mapping, or an empty one, means the default table.
+    self._priority_fns = (dict(priority_fns) if priority_fns else
                           {DEFAULT_PRIORITY_TABLE: None})
     self._delta_encoded = delta_encoded
     self._validate_items = validate_items
@@ -292,7 +293,8 @@ class NStepTransitionAdder(Adder):
     if n_step < 1:
       raise ValueError(f'n_step must be >= 1, got {n_step}')
     self.n_step = n_step
-    self._discount = float(discount)
+    # As Acme: the discount is a float32, whatever it is given as.
+    self._discount = np.float32(discount)
     super().__init__(client, max_sequence_length=n_step + 1,
                      max_in_flight_items=max_in_flight_items,
                      priority_fns=priority_fns, validate_items=validate_items)
@@ -309,36 +311,50 @@ class NStepTransitionAdder(Adder):
                         partial_step=True)
 
   def _returns(self, first):
-    """(R, D) over steps first .. t-1 (all numpy, as float64)."""
-    k0 = first - (self._t - len(self._rewards))
-    rewards = list(self._rewards)[k0:]
-    discounts = list(self._discounts)[k0:]
-    g = self._discount
-    ret = np.zeros_like(np.asarray(rewards[0], np.float64))
-    scale = np.ones_like(np.asarray(discounts[0], np.float64))
-    for i, (r, d) in enumerate(zip(rewards, discounts)):
-      ret = ret + scale * np.asarray(r, np.float64)
-      scale = scale * np.asarray(d, np.float64)
-      if i < len(rewards) - 1:
-        scale = scale * g
-    return ret, scale
+    """(R, D) over steps first .. t-1, computed as Acme computes them.
 
-  def _cast(self, ret, total):
-    r_dtype = np.asarray(self._rewards[-1]).dtype
-    d_dtype = np.asarray(self._discounts[-1]).dtype
-    return ret.astype(r_dtype), total.astype(d_dtype)
+    The sums are kept in the rewards' and discounts' own dtypes and updated
+    in place, with the discount as a float32, so that R and D round as
+    Acme's do, bit for bit; R keeps the reward's dtype and D the
+    discount's (their shape is that of the two broadcast together).
+    """
+    k0 = first - (self._t - len(self._rewards))
+    rewards = [np.asarray(r) for r in list(self._rewards)[k0:]]
+    discounts = [np.asarray(d) for d in list(self._discounts)[k0:]]
+    g = self._discount
+    total = np.copy(discounts[0])
+    ret = np.copy(np.broadcast_to(rewards[0],
+                                  np.broadcast(rewards[0], total).shape))
+    try:
+      for r, d in zip(rewards[1:], discounts[1:]):
+        total *= g
+        ret += r * total
+        total *= d
+    except TypeError as e:  # numpy's casting error: integer rewards
+      raise TypeError(
+          f'NStepTransitionAdder: an n-step return of {ret.dtype} rewards '
+          f'does not fit their dtype ({e}); give floating-point rewards, as '
+          'Acme requires') from None
+    return ret, total
 
   def _add(self, action, next_timestep, extras):
     self._has_extras = bool(_tree.flatten(extras))
     step = {'action': action}
     if self._has_extras:
       step['extras'] = extras
+    for value, what in ((next_timestep.reward, 'reward'),
+                        (next_timestep.discount, 'discount')):
+      if _tree._is_nested(value):  # pylint: disable=protected-access
+        raise TypeError(
+            f'NStepTransitionAdder: the {what} is a nest '
+            f'({type(value).__name__}); reverie takes arrays or scalars only '
+            '(Acme also takes nests)')
     self._writer.append(step)  # completes step t
     self._rewards.append(next_timestep.reward)
     self._discounts.append(next_timestep.discount)
     self._t += 1
     first = max(0, self._t - self.n_step)
-    ret, total = self._cast(*self._returns(first))
+    ret, total = self._returns(first)
     self._writer.append(
         {'observation': next_timestep.observation, 'n_step_return': ret,
          'total_discount': total}, partial_step=True)
@@ -358,7 +374,7 @@ class NStepTransitionAdder(Adder):
     last = self._t
     self._writer.append({})  # closes the final observation's step
     for first in range(max(0, last - self.n_step) + 1, last):
-      ret, total = self._cast(*self._returns(first))
+      ret, total = self._returns(first)
       self._writer.append({'n_step_return': ret, 'total_discount': total})
       self._write(first, last)
 
