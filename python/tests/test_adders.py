@@ -182,6 +182,17 @@ def test_n_step_refuses_what_acme_cannot_sum(client):
   adder.close()
 
 
+def test_acme_arguments(client):
+  # Acme's calls work unchanged: EpisodeAdder's arguments by position, and
+  # the deprecated chunk_length and get_signature_timeout_ms, unused.
+  for adder in (
+      adders.EpisodeAdder(client, 10, False, {'adder': None}, 1, None),
+      adders.EpisodeAdder(client, 10, chunk_length=5),
+      adders.SequenceAdder(client, 3, 2, chunk_length=5,
+                           get_signature_timeout_ms=1000)):
+    adder.close()
+
+
 _ADDERS = {
     'n_step': lambda c: adders.NStepTransitionAdder(
         c, n_step=2, discount=GAMMA, priority_fns={'adder': None}),

@@ -422,7 +422,13 @@ class SequenceAdder(Adder):
                end_of_episode_behavior: Optional[str] = None,
                pad_end_of_episode: bool = True,
                break_end_of_episode: bool = True,
-               validate_items: bool = True):
+               validate_items: bool = True,
+               chunk_length: Optional[int] = None,
+               get_signature_timeout_ms: int = 300_000):
+    # chunk_length is deprecated and unused in Acme too; reverie's writer
+    # fetches no signature, so get_signature_timeout_ms has nothing to
+    # bound. Both are taken so that Acme's calls work unchanged.
+    del chunk_length, get_signature_timeout_ms
     if sequence_length < 1 or period < 1:
       raise ValueError('sequence_length and period must be >= 1, got '
                        f'{sequence_length} and {period}')
@@ -526,11 +532,15 @@ class EpisodeAdder(Adder):
   in padding steps, whatever padding_fn gives).
   """
 
-  def __init__(self, client, max_sequence_length: int, *,
+  def __init__(self, client, max_sequence_length: int,
                delta_encoded: bool = False, priority_fns=None,
                max_in_flight_items: int = 1,
                padding_fn: Optional[Callable[..., np.ndarray]] = None,
+               chunk_length: Optional[int] = None, *,
                validate_items: bool = True):
+    # The positional order is Acme's; chunk_length is deprecated and
+    # unused there too.
+    del chunk_length
     if max_sequence_length < 1:
       raise ValueError(
           f'max_sequence_length must be >= 1, got {max_sequence_length}')
