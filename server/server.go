@@ -174,6 +174,7 @@ func New(cfg Config) (*Server, error) {
 	s.storage, s.chunks = st, st.chunks
 	if err := s.openSnapshots(); err != nil {
 		st.close()
+		s.unlockCheckpointDir()
 		return nil, err
 	}
 	if s.wal != nil {

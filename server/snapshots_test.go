@@ -381,3 +381,17 @@ func TestRestoreSnapshotPrunedBeforeDownload(t *testing.T) {
 		t.Fatalf("a failed download left %v in the checkpoint dir", ents)
 	}
 }
+
+// TestFailedStartReleasesLocks: a server that fails to start after it
+// locked its checkpoint directory (here, at opening the bucket) lets go
+// of it, so that a corrected start in the same process is not refused as
+// a second server.
+func TestFailedStartReleasesLocks(t *testing.T) {
+	dir := t.TempDir()
+	cfg := snapConfig(dir, "file://"+filepath.ToSlash(filepath.Join(t.TempDir(), "missing")))
+	if _, err := server.New(cfg); !errors.Is(err, server.ErrInvalidConfig) || !strings.Contains(err.Error(), "remote_snapshots.url") {
+		t.Fatalf("New with a bucket that does not open: %v", err)
+	}
+	bucket, _ := fileBucket(t)
+	servertest.Start(t, snapConfig(dir, bucket))
+}
