@@ -192,6 +192,10 @@ func (s *Server) recoverWAL(mark uint64) error {
 		t := s.tables[name]
 		over, evicted, added := t.TrimToConfig()
 		if over > 0 || evicted > 0 {
+			// The deletes are logged, but not the rate limiter's
+			// samples it may add: checkpoint at start, as after a
+			// restore that removed items.
+			s.restoreRemoved = true
 			s.log.Warn("replayed items removed to meet the config", "table", name,
 				"over_max_times_sampled", over, "evicted_over_max_size", evicted,
 				"max_size", t.cfg.MaxSize, "max_times_sampled", t.cfg.MaxTimesSampled)
