@@ -49,6 +49,17 @@ const (
 	// message is read into several, allocated as its bytes arrive, so that
 	// a length prefix alone does not make the server allocate gigabytes.
 	maxPiece = 4 << 20
+	// minPiece is the first buffer of a message read in pieces; each
+	// piece after it is as large as what the message has filled so far
+	// (up to maxPiece), so that what is allocated follows what arrives.
+	minPiece = 16 << 10
+	// maxUnfilled bounds the room given to messages on one connection
+	// ahead of their bytes. Past it, a piece is only as large as the rest
+	// of the frame being read, and no message is cut into buffers of
+	// Options.Split's (whose bodies are allocated whole): a client that
+	// sends the first bytes of many large messages cannot make the
+	// server allocate their full sizes.
+	maxUnfilled = 16 << 20
 	// drainLinger bounds how long a drained connection waits for its
 	// client to close it after the server has closed its side.
 	drainLinger = 5 * time.Second
@@ -93,6 +104,9 @@ type conn struct {
 	lastPing    time.Time
 	pingStrikes int
 	connUnacked int64 // received on the connection and not yet returned
+	// unfilled is the room in the buffers that messages being read were
+	// given and that their bytes have not filled yet, over the streams.
+	unfilled int
 
 	// running counts the handlers still running, for the stream limit.
 	running atomic.Int32
@@ -703,19 +717,25 @@ func (c *conn) feed(s *stream, n int) error {
 			if s.asking && s.headLeft == 0 && s.bodyLeft == 0 {
 				c.cutMessage(s, n)
 			}
-			size, pool := min(s.msgLen-s.at, maxPiece), c.opts.Pool
+			size, pool := min(s.msgLen-s.at, maxPiece, max(minPiece, s.at)), c.opts.Pool
 			switch {
 			case s.headLeft > 0:
 				size, s.headLeft = s.headLeft, 0
 			case s.bodyLeft > 0:
 				size, pool, s.bodyLeft = s.bodyLeft, s.bodyPool, 0
+			default:
+				if c.unfilled+size > maxUnfilled {
+					size = min(size, n)
+				}
 			}
 			s.cur, s.curPool, s.curAt = pool.Get(size), pool, 0
+			c.unfilled += size
 		}
 		k := min(n, len(*s.cur)-s.curAt)
 		if _, err := io.ReadFull(c.br, (*s.cur)[s.curAt:s.curAt+k]); err != nil {
 			return err
 		}
+		c.unfilled -= k
 		s.curAt += k
 		s.at += k
 		n -= k
@@ -734,7 +754,8 @@ func (c *conn) cutMessage(s *stream, n int) {
 	left := s.msgLen - s.at
 	head, _ := c.br.Peek(min(n, left, 16))
 	k, m, pool := c.opts.Split(s.m.name, left, head)
-	if k < 0 || m < 0 || k+m == 0 || k+m > left || m > maxPiece || k > maxPiece || (m > 0 && pool == nil) {
+	if k < 0 || m < 0 || k+m == 0 || k+m > left || m > maxPiece || k > maxPiece || (m > 0 && pool == nil) ||
+		c.unfilled+k+m > maxUnfilled {
 		s.asking = false
 		return
 	}
@@ -796,6 +817,7 @@ func (c *conn) failRecv(s *stream, st *status.Status) {
 func (c *conn) dropPartial(s *stream) {
 	s.parts.Free()
 	if s.cur != nil {
+		c.unfilled -= len(*s.cur) - s.curAt
 		s.curPool.Put(s.cur)
 	}
 	s.parts, s.cur, s.curAt = nil, nil, 0

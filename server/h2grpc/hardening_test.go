@@ -3,6 +3,7 @@ package h2grpc
 import (
 	"bytes"
 	"io"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -271,6 +273,57 @@ func TestMessageLargerThanWindow(t *testing.T) {
 		}
 		if !bytes.Equal(in.Value, out.Value) {
 			t.Fatalf("%d bytes sent, %d received back", n, len(out.Value))
+		}
+	}
+}
+
+// sizePool counts the bytes it has handed out and not taken back.
+type sizePool struct {
+	mem.BufferPool
+	out atomic.Int64
+}
+
+func (p *sizePool) Get(n int) *[]byte { p.out.Add(int64(n)); return p.BufferPool.Get(n) }
+func (p *sizePool) Put(b *[]byte)     { p.out.Add(-int64(cap(*b))); p.BufferPool.Put(b) }
+
+// openTinyStarts opens n streams and sends on each the length prefix of a
+// 4 MiB message and one byte of it: 6 bytes of DATA.
+func openTinyStarts(c *rawClient, n int) {
+	for i := range n {
+		id := uint32(2*i + 1)
+		c.headers(id, "/"+svcName+"/Chat", false)
+		if err := c.fr.WriteData(id, false, []byte{0, 0x00, 0x40, 0x00, 0x00, 'x'}); err != nil {
+			c.t.Fatal(err)
+		}
+	}
+	c.ping([8]byte{9})
+}
+
+// What the server allocates for messages follows what arrives of them. The
+// first byte of a message used to get a buffer of the whole message (up to
+// 4 MiB), or the whole chunk body Options.Split asked for: 64 streams of 6
+// bytes each held 256 MiB (found by review).
+func TestFirstBytesDoNotAllocateTheMessage(t *testing.T) {
+	for _, withSplit := range []bool{false, true} {
+		pool := &sizePool{BufferPool: mem.DefaultBufferPool()}
+		opts := Options{Pool: pool}
+		if withSplit {
+			opts.Split = func(_ string, left int, _ []byte) (int, int, mem.BufferPool) {
+				return 0, min(left, maxPiece), pool // the whole message as one body
+			}
+			opts.SplitMinBytes = 1
+		}
+		_, _, addr := start(t, opts)
+		c := dialRaw(t, addr)
+		const n = 64
+		openTinyStarts(c, n)
+		limit := int64(n * minPiece)
+		if withSplit {
+			limit += maxUnfilled
+		}
+		if got := pool.out.Load(); got > limit {
+			t.Errorf("split %v: %d streams of 6 bytes hold %d MiB of buffers, want at most %d MiB",
+				withSplit, n, got>>20, limit>>20)
 		}
 	}
 }
