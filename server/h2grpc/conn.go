@@ -60,6 +60,10 @@ const (
 	// sends the first bytes of many large messages cannot make the
 	// server allocate their full sizes.
 	maxUnfilled = 16 << 20
+	// userTimeout is how long data the server sent may go unacknowledged
+	// before the kernel resets the connection (TCP_USER_TIMEOUT, Linux):
+	// gRPC-Go's server default.
+	userTimeout = 20 * time.Second
 	// drainLinger bounds how long a drained connection waits for its
 	// client to close it after the server has closed its side.
 	drainLinger = 5 * time.Second

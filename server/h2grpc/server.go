@@ -297,6 +297,7 @@ func (s *Server) Serve(l net.Listener) error {
 // handle does the handshake on nc and serves it until it ends.
 func (s *Server) handle(nc net.Conn) {
 	defer s.connsDone.Done()
+	setUserTimeout(nc, userTimeout)
 	nc.SetDeadline(time.Now().Add(s.opts.HandshakeTimeout))
 	conn, auth, err := s.opts.Creds.ServerHandshake(nc)
 	s.mu.Lock()
