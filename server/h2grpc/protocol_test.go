@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 )
 
@@ -527,4 +528,55 @@ func TestSelfDependentHeaders(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// A method whose client sends one message (unary here; server-streaming
+// methods take the same path) that gets two fails with gRPC-Go's status,
+// and its handler does not run; the own transport used to run it on the
+// first and answer OK (found by review). The same frames go to gRPC-Go's
+// server for comparison.
+func TestOneRequestMethodsRefuseASecond(t *testing.T) {
+	_, _, own := start(t, Options{})
+	gs := grpc.NewServer()
+	gs.RegisterService(&svcDesc, newSvc())
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go gs.Serve(lis)
+	t.Cleanup(gs.Stop)
+	msg := func(b byte) []byte { return []byte{0, 0, 0, 0, 3, 0x0a, 1, b} } // BytesValue{value: b}
+	for _, method := range []string{"Echo"} {
+		for name, addr := range map[string]string{"own": own, "gRPC-Go": lis.Addr().String()} {
+			c := dialRaw(t, addr)
+			c.headers(1, "/"+svcName+"/"+method, false)
+			if err := c.fr.WriteData(1, false, msg('a')); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.fr.WriteData(1, true, msg('b')); err != nil {
+				t.Fatal(err)
+			}
+			var got string
+			c.until("the trailers", func(f http2.Frame) bool {
+				h, ok := f.(*http2.MetaHeadersFrame)
+				if !ok || !h.StreamEnded() {
+					return false
+				}
+				got = h.PseudoValue("status") + " grpc-status=" + fieldOf(h, "grpc-status") + " " + fieldOf(h, "grpc-message")
+				return true
+			})
+			if !bytes.Contains([]byte(got), []byte("grpc-status=13 cardinality violation: received multiple request messages")) {
+				t.Errorf("%s, %s with two requests: %s", name, method, got)
+			}
+		}
+	}
+}
+
+func fieldOf(h *http2.MetaHeadersFrame, name string) string {
+	for _, f := range h.Fields {
+		if f.Name == name {
+			return f.Value
+		}
+	}
+	return ""
 }

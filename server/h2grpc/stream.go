@@ -31,6 +31,9 @@ type stream struct {
 	m      *method
 	ctx    context.Context
 	cancel context.CancelFunc
+	// single: the client sends one message (unary, server-streaming) and
+	// the handler has not received it yet (handler only).
+	single bool
 
 	// The message being read (reader only): its 5-byte prefix, then
 	// msgLen bytes, at of them read into parts and cur.
@@ -132,6 +135,7 @@ func (c *conn) open(id uint32, fields []hpack.HeaderField, end bool) error {
 	}
 	s := &stream{
 		c: c, id: id, m: m,
+		single:  m.stream == nil || !m.stream.ClientStreams,
 		recvWin: int64(c.opts.StreamWindow),
 		rwake:   make(chan struct{}, 1),
 		swake:   make(chan struct{}, 1),
@@ -426,7 +430,48 @@ func (s *stream) RecvMsg(m any) error {
 	if err != nil {
 		return status.Errorf(codes.Internal, "grpc: failed to unmarshal the received message: %v", err)
 	}
+	if s.single {
+		s.single = false
+		return s.waitEnd()
+	}
 	return nil
+}
+
+// waitEnd waits, after the request of a method whose client sends one
+// (unary or server-streaming), for the client's half-close, and fails with
+// gRPC-Go's status if another message comes instead: the handler runs
+// only on a well-formed request, and a client sees the same status on
+// either transport.
+func (s *stream) waitEnd() error {
+	c := s.c
+	c.mu.Lock()
+	for {
+		if s.msgHead < len(s.msgs) {
+			c.mu.Unlock()
+			return status.Error(codes.Internal, "cardinality violation: received multiple request messages for non-client-streaming RPC")
+		}
+		err, done := s.recvErr, s.recvDone
+		if err == nil && !done && s.closed {
+			err = ctxErr(s.ctx)
+		}
+		if err != nil || done {
+			c.mu.Unlock()
+			return err
+		}
+		s.waiting = true
+		c.maybeReturn(s)
+		c.mu.Unlock()
+		select {
+		case <-s.rwake:
+		case <-s.ctx.Done():
+			c.mu.Lock()
+			s.waiting = false
+			c.mu.Unlock()
+			return ctxErr(s.ctx)
+		}
+		c.mu.Lock()
+		s.waiting = false
+	}
 }
 
 // SendMsg queues m for the client. It blocks while more than
