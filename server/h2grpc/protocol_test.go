@@ -580,3 +580,33 @@ func fieldOf(h *http2.MetaHeadersFrame, name string) string {
 	}
 	return ""
 }
+
+// A call's grpc-timeout resets its stream when it passes, as gRPC-Go's
+// does, even when the handler's status waits behind answers the client
+// grants no window for: the stream used to stay, holding its slot and its
+// queued answers, for as long as the client kept the connection (found by
+// review).
+func TestDeadlineResetsTheStream(t *testing.T) {
+	srv, _, addr := start(t, Options{})
+	c := dialRaw(t, addr)
+	var buf bytes.Buffer
+	enc := hpack.NewEncoder(&buf)
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", "/" + svcName + "/Flood"},
+		{":authority", "x"}, {"content-type", "application/grpc"}, {"grpc-timeout", "200m"}} {
+		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: buf.Bytes(), EndHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.fr.WriteData(1, true, []byte{0, 0, 0, 0, 0}); err != nil {
+		t.Fatal(err)
+	}
+	// The client reads the first 64 KiB and grants no more window.
+	c.reset("RST_STREAM CANCEL at the deadline", 1, http2.ErrCodeCancel)
+	cn := connOf(t, srv)
+	var n int
+	cn.locked(func() bool { n = len(cn.streams); return true })
+	if n != 0 {
+		t.Fatalf("the server still holds %d streams after the deadline", n)
+	}
+}

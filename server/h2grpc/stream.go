@@ -34,6 +34,10 @@ type stream struct {
 	// single: the client sends one message (unary, server-streaming) and
 	// the handler has not received it yet (handler only).
 	single bool
+	// deadline resets the stream when the call's grpc-timeout passes, as
+	// gRPC-Go does: the handler's context ends then, but its status may
+	// wait behind answers the client grants no window for (under mu).
+	deadline *time.Timer
 
 	// The message being read (reader only): its 5-byte prefix, then
 	// msgLen bytes, at of them read into parts and cur.
@@ -157,6 +161,15 @@ func (c *conn) open(id uint32, fields []hpack.HeaderField, end bool) error {
 	}
 	c.streams[id] = s
 	c.opened()
+	if req.hasTimeout {
+		s.deadline = time.AfterFunc(req.timeout, func() {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if !s.closed {
+				c.resetStream(s, http2.ErrCodeCancel, status.New(codes.DeadlineExceeded, context.DeadlineExceeded.Error()))
+			}
+		})
+	}
 	c.mu.Unlock()
 	c.running.Add(1)
 	c.handlers.Add(1)
@@ -821,6 +834,9 @@ func (c *conn) closeIfDrained() {
 // (dropRemoved): remove may run on a handler's goroutine.
 func (c *conn) remove(s *stream) {
 	s.closed = true
+	if s.deadline != nil {
+		s.deadline.Stop()
+	}
 	delete(c.streams, s.id)
 	c.removed = append(c.removed, s)
 	c.hasRemoved.Store(true)
