@@ -326,9 +326,13 @@ func (c *Config) checkSpillDir() error {
 		return nil
 	}
 	spill := resolvedDir(c.Storage.Dir)
+	walDir := c.WAL.Dir
+	if walDir == "" && c.WAL.Enabled() && c.CheckpointDir != "" {
+		walDir = filepath.Join(c.CheckpointDir, "wal") // the log's default
+	}
 	for _, d := range []struct{ field, dir string }{
 		{"checkpoint_dir", c.CheckpointDir},
-		{"wal.dir", c.WAL.Dir},
+		{"wal.dir", walDir},
 	} {
 		if d.dir == "" {
 			continue

@@ -184,6 +184,15 @@ func TestDurableLogIsLocked(t *testing.T) {
 	if !errors.Is(err, server.ErrInvalidConfig) || !errors.Is(err, checkpoint.ErrLocked) || !strings.Contains(err.Error(), "checkpoint_dir") {
 		t.Fatalf("second server on the same checkpoint directory: %v; want an error naming checkpoint_dir", err)
 	}
+	// Nor through a symbolic link to it (the process's lock registry goes
+	// by name; found by review).
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(dir, link); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := server.New(durableConfig(link, "always")); !errors.Is(err, checkpoint.ErrLocked) {
+		t.Fatalf("second server through a symbolic link: %v; want the directory refused as in use", err)
+	}
 	// With a checkpoint directory of its own, it still cannot share the log.
 	other := durableConfig(t.TempDir(), "always")
 	other.WAL.Dir = filepath.Join(dir, "wal")
@@ -196,6 +205,14 @@ func TestDurableLogIsLocked(t *testing.T) {
 	closeAndCount(a, &want)
 	b := servertest.Start(t, durableConfig(dir, "always"))
 	sameState(t, b, want)
+	b.Close()
+
+	// The log may live in the checkpoint directory itself: the two locks
+	// are different files (found by review: it was refused as in use).
+	same := durableConfig(t.TempDir(), "always")
+	same.WAL.Dir = same.CheckpointDir
+	c := servertest.Start(t, same)
+	churn(t, c.Client, 1)
 }
 
 // TestDurableRecoveryFromLogOnly recovers a server that never took a

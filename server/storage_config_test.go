@@ -79,6 +79,7 @@ func TestSpillDirOverlap(t *testing.T) {
 		{root + "/", filepath.Join(root, "a", "..", "checkpoints"), "", `is or holds checkpoint_dir`},
 		{link, filepath.Join(root, "checkpoints"), "", `is or holds checkpoint_dir`},
 		{filepath.Join(root, "spill"), filepath.Join(root, "ckpt"), filepath.Join(root, "spill", "wal"), `is or holds wal.dir`},
+		{filepath.Join(root, "ckpt", "wal"), filepath.Join(root, "ckpt"), "default", `is or holds wal.dir`}, // the log's default place
 		{filepath.Join(root, "ckpt", "spill"), filepath.Join(root, "ckpt"), "", ""},
 		{filepath.Join(root, "spill"), filepath.Join(root, "spill2"), "", ""},
 	}
@@ -86,7 +87,11 @@ func TestSpillDirOverlap(t *testing.T) {
 		cfg := DefaultConfig()
 		cfg.CheckpointDir = tt.ckpt
 		cfg.Storage = StorageConfig{Mode: StorageHybrid, MemoryLimitBytes: 1 << 20, Dir: tt.spill}
-		if tt.wal != "" {
+		switch tt.wal {
+		case "":
+		case "default":
+			cfg.WAL = WALConfig{Fsync: "always"}
+		default:
 			cfg.WAL = WALConfig{Fsync: "always", Dir: tt.wal}
 		}
 		err := cfg.Validate()

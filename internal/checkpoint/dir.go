@@ -134,7 +134,12 @@ func LockRoot(root string) (io.Closer, error) {
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
-	lock, err := vfs.Default.Lock(filepath.Join(root, LockFile))
+	// Through symbolic links: the process's lock registry goes by name.
+	dir, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	lock, err := vfs.Default.Lock(filepath.Join(dir, LockFile))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrLocked, root, err)
 	}

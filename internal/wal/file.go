@@ -119,7 +119,6 @@ func (s *segment) close() error {
 	return err
 }
 
-// allZero reports whether every byte of b is zero.
 // sectorSize is the unit a disk writes whole, or not at all.
 const sectorSize = 512
 
@@ -145,6 +144,7 @@ func tornWrite(data []byte, off, end int) bool {
 	return false
 }
 
+// allZero reports whether every byte of b is zero.
 func allZero(b []byte) bool {
 	for _, c := range b {
 		if c != 0 {

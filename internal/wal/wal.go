@@ -244,8 +244,9 @@ func (l *Log) Dir() string { return l.opts.Dir }
 // LockFile names the file in the log's directory that a Log holds locked
 // from Lock to Close, so that a second server pointed at the same
 // directory fails to start rather than replay, cut and overwrite the
-// first one's log.
-const LockFile = "LOCK"
+// first one's log. It is not the checkpoint directory's LOCK, so that
+// the log may live in the checkpoint directory itself.
+const LockFile = "WAL.LOCK"
 
 // ErrLocked is returned by Lock when another Log, in this process or
 // another, holds the directory.
@@ -257,7 +258,12 @@ func (l *Log) Lock() error {
 	if err := mkdirDurable(l.opts.Dir); err != nil {
 		return err
 	}
-	lock, err := vfs.Default.Lock(filepath.Join(l.opts.Dir, LockFile))
+	// Through symbolic links: the process's lock registry goes by name.
+	dir, err := filepath.EvalSymlinks(l.opts.Dir)
+	if err != nil {
+		return fmt.Errorf("wal: %w", err)
+	}
+	lock, err := vfs.Default.Lock(filepath.Join(dir, LockFile))
 	if err != nil {
 		return fmt.Errorf("%w: %s: %v", ErrLocked, l.opts.Dir, err)
 	}

@@ -180,6 +180,16 @@ def test_n_step_refuses_what_acme_cannot_sum(client):
     adder.add(np.int32(1), adders.TimeStep(adders.StepType.MID, np.int32(2),
                                            np.float32(1), obs))
   adder.close()
+  # Integer discounts: the message names both dtypes.
+  adder = adders.NStepTransitionAdder(
+      client, n_step=2, discount=GAMMA, priority_fns={'adder': None})
+  adder.add_first(adders.restart(obs))
+  adder.add(np.int32(0), adders.TimeStep(adders.StepType.MID, np.float32(1),
+                                         1, obs))
+  with pytest.raises(TypeError, match=r'discounts \(int64\)'):
+    adder.add(np.int32(1), adders.TimeStep(adders.StepType.MID, np.float32(2),
+                                           1, obs))
+  adder.close()
 
 
 def test_acme_arguments(client):

@@ -330,11 +330,12 @@ class NStepTransitionAdder(Adder):
         total *= g
         ret += r * total
         total *= d
-    except TypeError as e:  # numpy's casting error: integer rewards
+    except TypeError as e:  # numpy's casting error: integer rewards or discounts
       raise TypeError(
-          f'NStepTransitionAdder: an n-step return of {ret.dtype} rewards '
-          f'does not fit their dtype ({e}); give floating-point rewards, as '
-          'Acme requires') from None
+          f'NStepTransitionAdder: the n-step return and discount do not fit '
+          f'the dtypes of the rewards ({ret.dtype}) and discounts '
+          f'({total.dtype}) ({e}); give floating-point rewards and '
+          'discounts, as Acme requires') from None
     return ret, total
 
   def _add(self, action, next_timestep, extras):
