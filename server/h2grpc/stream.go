@@ -395,6 +395,41 @@ func (s *stream) Context() context.Context { return s.ctx }
 func (s *stream) RecvMsg(m any) error {
 	c := s.c
 	c.mu.Lock()
+	if err := s.awaitLocked(); err != nil {
+		return err
+	}
+	// Taken from the head: a queue of many small messages must not cost
+	// a copy of the rest for each one.
+	data := s.msgs[s.msgHead]
+	s.msgs[s.msgHead] = nil
+	s.msgHead++
+	if s.msgHead == len(s.msgs) {
+		s.msgs, s.msgHead = s.msgs[:0], 0
+	} else if s.msgHead >= 64 && 2*s.msgHead >= len(s.msgs) {
+		n := copy(s.msgs, s.msgs[s.msgHead:])
+		clear(s.msgs[n:])
+		s.msgs, s.msgHead = s.msgs[:n], 0
+	}
+	s.queuedBytes -= msgCharge(data.Len())
+	c.maybeReturn(s)
+	c.mu.Unlock()
+	err := c.opts.Codec.Unmarshal(data, m)
+	data.Free()
+	if err != nil {
+		return status.Errorf(codes.Internal, "grpc: failed to unmarshal the received message: %v", err)
+	}
+	if s.single {
+		s.single = false
+		return s.waitEnd()
+	}
+	return nil
+}
+
+// awaitLocked waits, with c.mu held, until a message is queued on s and
+// returns nil with c.mu still held; or it releases c.mu and returns io.EOF
+// once the client has half-closed, or the stream's error.
+func (s *stream) awaitLocked() error {
+	c := s.c
 	for s.msgHead == len(s.msgs) {
 		err, done := s.recvErr, s.recvDone
 		if err == nil && !done && s.closed {
@@ -423,30 +458,6 @@ func (s *stream) RecvMsg(m any) error {
 		c.mu.Lock()
 	}
 	s.waiting = false
-	// Taken from the head: a queue of many small messages must not cost
-	// a copy of the rest for each one.
-	data := s.msgs[s.msgHead]
-	s.msgs[s.msgHead] = nil
-	s.msgHead++
-	if s.msgHead == len(s.msgs) {
-		s.msgs, s.msgHead = s.msgs[:0], 0
-	} else if s.msgHead >= 64 && 2*s.msgHead >= len(s.msgs) {
-		n := copy(s.msgs, s.msgs[s.msgHead:])
-		clear(s.msgs[n:])
-		s.msgs, s.msgHead = s.msgs[:n], 0
-	}
-	s.queuedBytes -= msgCharge(data.Len())
-	c.maybeReturn(s)
-	c.mu.Unlock()
-	err := c.opts.Codec.Unmarshal(data, m)
-	data.Free()
-	if err != nil {
-		return status.Errorf(codes.Internal, "grpc: failed to unmarshal the received message: %v", err)
-	}
-	if s.single {
-		s.single = false
-		return s.waitEnd()
-	}
 	return nil
 }
 
@@ -456,34 +467,15 @@ func (s *stream) RecvMsg(m any) error {
 // only on a well-formed request, and a client sees the same status on
 // either transport.
 func (s *stream) waitEnd() error {
-	c := s.c
-	c.mu.Lock()
-	for {
-		if s.msgHead < len(s.msgs) {
-			c.mu.Unlock()
-			return status.Error(codes.Internal, "cardinality violation: received multiple request messages for non-client-streaming RPC")
-		}
-		err, done := s.recvErr, s.recvDone
-		if err == nil && !done && s.closed {
-			err = ctxErr(s.ctx)
-		}
-		if err != nil || done {
-			c.mu.Unlock()
-			return err
-		}
-		s.waiting = true
-		c.maybeReturn(s)
-		c.mu.Unlock()
-		select {
-		case <-s.rwake:
-		case <-s.ctx.Done():
-			c.mu.Lock()
-			s.waiting = false
-			c.mu.Unlock()
-			return ctxErr(s.ctx)
-		}
-		c.mu.Lock()
-		s.waiting = false
+	s.c.mu.Lock()
+	switch err := s.awaitLocked(); err {
+	case nil:
+		s.c.mu.Unlock()
+		return status.Error(codes.Internal, "cardinality violation: received multiple request messages for non-client-streaming RPC")
+	case io.EOF:
+		return nil
+	default:
+		return err
 	}
 }
 
