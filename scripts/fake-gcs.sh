@@ -18,34 +18,13 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 version=v1.56.1
 bin="$root/.bin/fake-gcs-server"
-stamp="$root/.bin/fake-gcs-server.version"
+me=fake-gcs.sh
+# shellcheck source=scripts/local-server.sh
+source "$root/scripts/local-server.sh"
+
+install() { install_pinned fake-gcs-server github.com/fsouza/fake-gcs-server "$version"; }
+
 bucket=reverie-test
-
-install() {
-  if [[ -x "$bin" && "$(cat "$stamp" 2>/dev/null)" == "$version" ]]; then
-    return
-  fi
-  mkdir -p "$root/.bin"
-  echo "fake-gcs.sh: go install github.com/fsouza/fake-gcs-server@$version" >&2
-  local start=$SECONDS
-  GOBIN="$root/.bin" go install "github.com/fsouza/fake-gcs-server@$version"
-  echo "$version" >"$stamp"
-  echo "fake-gcs.sh: installed in $((SECONDS - start))s" >&2
-}
-
-# free_port prints a loopback TCP port nothing listens on.
-free_port() {
-  local port
-  for _ in $(seq 100); do
-    port=$((20000 + RANDOM % 20000))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-      echo "$port"
-      return
-    fi
-  done
-  echo "fake-gcs.sh: no free port found" >&2
-  return 1
-}
 
 start() {
   local dir=$1
@@ -82,20 +61,6 @@ export STORAGE_EMULATOR_HOST=127.0.0.1:$port
 export REVERIE_TEST_GCS_URL=gs://$bucket
 EOT
   echo "fake-gcs.sh: fake-gcs-server serving $endpoint (pid $(cat "$dir/pid")); source $dir/env" >&2
-}
-
-stop() {
-  local dir=$1
-  [[ -f "$dir/pid" ]] || return 0
-  local pid
-  pid=$(cat "$dir/pid")
-  kill "$pid" 2>/dev/null || true
-  for _ in $(seq 100); do
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  kill -9 "$pid" 2>/dev/null || true
-  rm -f "$dir/pid"
 }
 
 case "${1:-}" in

@@ -17,36 +17,15 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 minio_version=v0.0.0-20260212201848-7aac2a2c5b7c
 bin="$root/.bin/minio"
-stamp="$root/.bin/minio.version"
+me=minio.sh
+# shellcheck source=scripts/local-server.sh
+source "$root/scripts/local-server.sh"
+
+install() { install_pinned minio github.com/minio/minio "$minio_version"; }
+
 bucket=reverie-test
 user=reverie-test
 password=reverie-test-secret
-
-install() {
-  if [[ -x "$bin" && "$(cat "$stamp" 2>/dev/null)" == "$minio_version" ]]; then
-    return
-  fi
-  mkdir -p "$root/.bin"
-  echo "minio.sh: go install github.com/minio/minio@$minio_version" >&2
-  local start=$SECONDS
-  GOBIN="$root/.bin" go install "github.com/minio/minio@$minio_version"
-  echo "$minio_version" >"$stamp"
-  echo "minio.sh: installed in $((SECONDS - start))s" >&2
-}
-
-# free_port prints a loopback TCP port nothing listens on.
-free_port() {
-  local port
-  for _ in $(seq 100); do
-    port=$((20000 + RANDOM % 20000))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-      echo "$port"
-      return
-    fi
-  done
-  echo "minio.sh: no free port found" >&2
-  return 1
-}
 
 start() {
   local dir=$1
@@ -87,20 +66,6 @@ export AWS_SECRET_ACCESS_KEY=$password
 export REVERIE_TEST_S3_URL='s3://$bucket?endpoint=$endpoint&region=us-east-1&use_path_style=true'
 EOF
   echo "minio.sh: MinIO serving $endpoint (pid $(cat "$dir/pid")); source $dir/env" >&2
-}
-
-stop() {
-  local dir=$1
-  [[ -f "$dir/pid" ]] || return 0
-  local pid
-  pid=$(cat "$dir/pid")
-  kill "$pid" 2>/dev/null || true
-  for _ in $(seq 100); do
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  kill -9 "$pid" 2>/dev/null || true
-  rm -f "$dir/pid"
 }
 
 case "${1:-}" in
